@@ -1,0 +1,93 @@
+package stats
+
+import "sync/atomic"
+
+// Proto is the client-side protocol of a request or connection.
+type Proto uint8
+
+const (
+	ProtoHTTP1 Proto = iota
+	ProtoHTTP2
+	ProtoHTTP3
+	numProtos
+)
+
+// String returns the protocol's metric label.
+func (p Proto) String() string {
+	switch p {
+	case ProtoHTTP1:
+		return "http1"
+	case ProtoHTTP2:
+		return "http2"
+	case ProtoHTTP3:
+		return "http3"
+	}
+	return "unknown"
+}
+
+// numStatusClasses covers 1xx…5xx plus index 0 for anything else.
+const numStatusClasses = 6
+
+func statusClass(status int) int {
+	if c := status / 100; c >= 1 && c <= 5 {
+		return c
+	}
+	return 0
+}
+
+// Totals are the process-wide counters behind the Prometheus metrics: they count all
+// traffic, including requests for unknown hosts, which per-hostname statistics never see.
+// The zero value is ready to use; all methods are lock-free, allocation-free and safe for
+// concurrent use. Collectors read them at scrape time, so nothing is incremented twice.
+type Totals struct {
+	requests    [numProtos][numStatusClasses]atomic.Uint64
+	bytesIn     [numProtos]atomic.Uint64
+	bytesOut    [numProtos]atomic.Uint64
+	unknownHost atomic.Uint64
+	failures    [numFailureKinds]atomic.Uint64
+	inFlight    atomic.Int64
+	conns       [numProtos]atomic.Int64
+	websockets  atomic.Int64
+	tlsFailures atomic.Uint64
+}
+
+// Request counts one finished request of protocol p with its response status and bytes.
+// Requests for unknown hosts are counted here too.
+func (t *Totals) Request(p Proto, status int, bytesIn, bytesOut int64) {
+	if p >= numProtos {
+		return
+	}
+	t.requests[p][statusClass(status)].Add(1)
+	if bytesIn > 0 {
+		t.bytesIn[p].Add(uint64(bytesIn))
+	}
+	if bytesOut > 0 {
+		t.bytesOut[p].Add(uint64(bytesOut))
+	}
+}
+
+// UnknownHost counts one request whose Host matched no route.
+func (t *Totals) UnknownHost() { t.unknownHost.Add(1) }
+
+// BackendFailure counts one backend failure of kind k.
+func (t *Totals) BackendFailure(k FailureKind) {
+	if k < numFailureKinds {
+		t.failures[k].Add(1)
+	}
+}
+
+// InFlight adds delta (+1 at start, -1 at end) to the requests in flight.
+func (t *Totals) InFlight(delta int64) { t.inFlight.Add(delta) }
+
+// Conn adds delta (+1 when opened, -1 when closed) to the open client connections of p.
+func (t *Totals) Conn(p Proto, delta int64) {
+	if p < numProtos {
+		t.conns[p].Add(delta)
+	}
+}
+
+// WebSocket adds delta to the open WebSocket tunnels.
+func (t *Totals) WebSocket(delta int64) { t.websockets.Add(delta) }
+
+// TLSHandshakeFailure counts one failed client TLS handshake.
+func (t *Totals) TLSHandshakeFailure() { t.tlsFailures.Add(1) }
