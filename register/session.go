@@ -1,0 +1,266 @@
+package register
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/env"
+	"github.com/serve-zone/ingress/relay"
+)
+
+// Tables is where the session applies route tables: routetable.Store satisfies it.
+type Tables interface {
+	// ApplyJSON decodes, validates and applies one IClusterIngressRouteTable. A table that
+	// is not newer than the applied one is ignored (an error the session only logs at debug
+	// level); an invalid one is refused, reported and remembered by its revision.
+	ApplyJSON(raw json.RawMessage) error
+	// Applied returns the applied revision, ok false when none is.
+	Applied() (rev int64, ok bool)
+	// WantsRevision reports whether a table of revision rev is worth a pull: newer than
+	// the applied one and than every revision refused so far.
+	WantsRevision(rev int64) bool
+}
+
+// Statistics answers getClusterTrafficStatistics: stats.Registry satisfies it. An error
+// that has a Violations() []string method is answered as request-invalid with them.
+type Statistics interface {
+	QueryRaw(request json.RawMessage) (json.RawMessage, error)
+}
+
+// Config is what a Session needs. Zero durations take the contract's values.
+type Config struct {
+	Env          env.Config
+	Version      string   // the ingress's semantic version
+	Capabilities []string // sorted, unique; nil states nothing
+	Tables       Tables
+	Stats        Statistics
+	Relay        relay.Options // transport options (TLS roots, timeouts)
+	Logger       *zap.Logger
+
+	// RepullInterval is the periodic pull while registered; 0 means 5 minutes.
+	RepullInterval time.Duration
+	// Now and Wait are the clock; nil means the wall clock. Wait returns early with the
+	// ctx's error.
+	Now  func() time.Time
+	Wait func(ctx context.Context, d time.Duration) error
+	// Jitter returns a uniform float64 in [0,1); nil means math/rand/v2.
+	Jitter func() float64
+}
+
+// Session is the state machine of one ingress's relationship with its relay. Run is
+// called once; State and Collectors are safe for concurrent use.
+type Session struct {
+	cfg Config
+	log *zap.Logger
+	m   *metrics
+
+	state      atomic.Int32
+	waitUntil  atomic.Int64 // unix nanos while state is StateWaiting
+	notBefore  time.Time    // no registration before this (refusals); owned by Run
+	failures   int          // consecutive "other" failures; owned by Run
+	protoFails int          // consecutive protocol refusals; owned by Run
+
+	hintMu  sync.Mutex
+	hinted  int64 // highest hinted revision not yet pulled for, -1 for none
+	pullReq chan struct{}
+}
+
+// New returns a session; nothing runs until Run.
+func New(cfg Config) *Session {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.RepullInterval <= 0 {
+		cfg.RepullInterval = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Wait == nil {
+		cfg.Wait = sleep
+	}
+	if cfg.Jitter == nil {
+		cfg.Jitter = rand.Float64
+	}
+	if cfg.Relay.Logger == nil {
+		cfg.Relay.Logger = cfg.Logger.Named("relay")
+	}
+	s := &Session{cfg: cfg, log: cfg.Logger, hinted: -1, pullReq: make(chan struct{}, 1)}
+	s.m = newMetrics(s)
+	return s
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run connects, registers and serves the session until ctx ends. It reconnects after every
+// lost connection and returns ctx's error.
+func (s *Session) Run(ctx context.Context) error {
+	first := true
+	for ctx.Err() == nil {
+		if !first {
+			s.m.reconnects.Inc()
+		}
+		first = false
+		s.setState(StateConnecting)
+		peer, err := relay.Dial(ctx, s.cfg.Env.RelayOrigin, s.cfg.Relay)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			s.log.Warn("relay connection failed", zap.String("origin", s.cfg.Env.RelayOrigin), zap.Error(err))
+			s.backoffOther(ctx, "connect")
+			continue
+		}
+		s.log.Info("relay connected", zap.String("origin", s.cfg.Env.RelayOrigin))
+		s.serveConnection(ctx, peer)
+	}
+	s.setState(StateStopped)
+	return ctx.Err()
+}
+
+// serveConnection runs one connection: its reader, the registration attempts and, once
+// accepted, the puller. It returns when the connection is lost or ctx ends, after every
+// goroutine it started has returned.
+func (s *Session) serveConnection(ctx context.Context, peer *relay.Peer) {
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		_ = peer.Close()
+		wg.Wait()
+	}()
+	peer.Handle(MethodRouteTableChange, s.handleHint)
+	peer.Handle(MethodStatistics, s.handleStatistics)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		if err := peer.Run(cctx); err != nil && cctx.Err() == nil {
+			s.log.Warn("relay connection lost", zap.Error(err))
+		}
+	}()
+
+	acc, ok := s.registerLoop(cctx, peer)
+	if !ok {
+		return
+	}
+	s.setState(StateRegistered)
+	s.log.Info("registered with the relay", zap.Int64("relayRevision", acc.revision), zap.Int64("protocolVersion", acc.useVersion))
+	if acc.hasRevision {
+		s.noteRevision(acc.revision)
+	}
+	s.pullLoop(cctx, peer)
+}
+
+// registerLoop registers on peer until accepted (true) or the connection or ctx ends.
+func (s *Session) registerLoop(ctx context.Context, peer *relay.Peer) (accepted, bool) {
+	for {
+		if wait := s.notBefore.Sub(s.cfg.Now()); wait > 0 {
+			s.setWaiting(s.notBefore)
+			if s.cfg.Wait(ctx, wait) != nil {
+				return accepted{}, false
+			}
+		}
+		select {
+		case <-peer.Done():
+			return accepted{}, false
+		default:
+		}
+		s.setState(StateRegistering)
+		acc, err := s.register(ctx, peer)
+		if err == nil {
+			s.failures, s.protoFails = 0, 0
+			return acc, true
+		}
+		if ctx.Err() != nil {
+			return accepted{}, false
+		}
+		s.judge(ctx, err)
+		if errors.Is(err, relay.ErrClosed) {
+			return accepted{}, false
+		}
+	}
+}
+
+// judge sets the wait before the next registration after err.
+func (s *Session) judge(ctx context.Context, err error) {
+	var re *relay.RemoteError
+	if errors.As(err, &re) {
+		if r, ok := readRefusal(re.Data); ok {
+			wait := time.Duration(r.RetryAfterMs) * time.Millisecond
+			wait += time.Duration(s.cfg.Jitter() * 0.1 * float64(wait))
+			s.notBefore = s.cfg.Now().Add(wait)
+			s.m.refusals.WithLabelValues(r.Reason).Inc()
+			s.log.Warn("registration refused",
+				zap.String("reason", r.Reason), zap.Int64("retryAfterMs", r.RetryAfterMs), zap.Duration("wait", wait))
+			return
+		}
+		if offer, ok := readProtocolRefusal(re.Data); ok {
+			wait := min(30*time.Second<<min(s.protoFails, 4), 5*time.Minute)
+			s.protoFails++
+			s.notBefore = s.cfg.Now().Add(wait)
+			s.m.refusals.WithLabelValues("protocol-refused").Inc()
+			s.log.Error("protocol refused by the relay",
+				zap.Stringer("ownOffer", OwnOffer), zap.Stringer("relayOffer", offer), zap.Duration("wait", wait))
+			return
+		}
+	}
+	s.m.refusals.WithLabelValues("other").Inc()
+	wait := s.otherWait()
+	s.notBefore = s.cfg.Now().Add(wait)
+	s.log.Warn("registration failed", zap.Error(err), zap.Duration("wait", wait))
+}
+
+// otherWait is the full-jitter exponential backoff: uniform in [0, min(60 s, 1 s·2^n)].
+func (s *Session) otherWait() time.Duration {
+	ceiling := min(time.Second<<min(s.failures, 6), time.Minute)
+	s.failures++
+	return time.Duration(s.cfg.Jitter() * float64(ceiling))
+}
+
+// backoffOther waits after a failure outside a registration (a failed dial).
+func (s *Session) backoffOther(ctx context.Context, what string) {
+	wait := s.otherWait()
+	until := s.cfg.Now().Add(wait)
+	if until.After(s.notBefore) {
+		s.notBefore = until
+	}
+	s.setWaiting(until)
+	s.log.Debug("backing off", zap.String("after", what), zap.Duration("wait", wait))
+	_ = s.cfg.Wait(ctx, wait)
+}
+
+func (s *Session) register(ctx context.Context, peer *relay.Peer) (accepted, error) {
+	body := registration{
+		Bearer:       s.cfg.Env.Bearer.Reveal(),
+		Version:      s.cfg.Version,
+		NodeID:       s.cfg.Env.NodeID,
+		Capabilities: s.cfg.Capabilities,
+		Protocol:     OwnOffer,
+	}
+	s.m.registrations.Inc()
+	raw, err := peer.Call(ctx, MethodRegister, body)
+	if err != nil {
+		return accepted{}, err
+	}
+	return decodeAccepted(raw)
+}
