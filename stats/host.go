@@ -8,15 +8,21 @@
 // [Registry] when it rolls over, so the hot path never calls time.Now, takes no lock,
 // touches no map and allocates nothing.
 //
-// stats is a leaf package: it knows nothing of routes, sessions or HTTP.
+// Everything else is cold and goes through the Registry's mutex: Registry.Host (route
+// table compilation), Roll (each UTC midnight, from Run), Query/QueryRaw/Handler (the
+// paged statistics of contract §5, with HMAC-bound cursors), Flush/Load (the snapshot in
+// the state directory) and NewCollector (Prometheus series read at scrape time).
+//
+// stats is a leaf package: it knows nothing of routes or sessions; its only HTTP is the
+// admin Handler.
 package stats
 
 import (
 	"sync/atomic"
 )
 
-// ringSize is how many days each Host keeps live in its slots. Days older than that move
-// to the registry's history at rollover. It is a power of two so the slot index is a mask.
+// ringSize is how many days each Host keeps live in its slots. A slot's day moves to the
+// registry's history when the slot is reused, ringSize days later. It is a power of two so the slot index is a mask.
 // Four live days leave ample room for increments that raced a rollover: a request that
 // loaded "yesterday" just before midnight still lands in yesterday's slot, which is not
 // reused until three more days have passed.
@@ -94,6 +100,12 @@ func (c Counters) Add(o Counters) Counters {
 //
 // All recording methods are safe for concurrent use, lock-free and allocation-free.
 // A nil *Host records nothing, so callers need no branch for unmatched traffic.
+//
+// Layout: a read-only header line (name, today) followed by one cache line per slot, 320
+// bytes in all. 320 is a Go allocator size class and a multiple of 64, and size-class
+// objects start at multiples of their size inside page-aligned spans, so every slot sits
+// on its own cache line: the hot slots of two hosts never share one, and the header that
+// every core reads is never written (TestHostSlotsCacheLineAligned checks this).
 type Host struct {
 	name  string
 	today *atomic.Uint32 // the registry's current day+1
@@ -171,13 +183,16 @@ func (s *slot) load() Counters {
 	}
 }
 
-// store sets the counters of slot s (used when restoring a snapshot).
-func (s *slot) store(c Counters) {
-	s.requests.Store(c.Requests)
-	s.bytesIn.Store(c.BytesIn)
-	s.bytesOut.Store(c.BytesOut)
-	s.connections.Store(c.Connections)
-	s.failures[FailureConnect].Store(c.ConnectFailures)
-	s.failures[FailureHandshake].Store(c.HandshakeFailures)
-	s.failures[FailureRequest].Store(c.RequestFailures)
+// take empties slot s and returns what it held. Each counter is swapped atomically, so an
+// increment racing it is either in the returned copy or stays in the slot: never lost.
+func (s *slot) take() Counters {
+	return Counters{
+		Requests:          s.requests.Swap(0),
+		BytesIn:           s.bytesIn.Swap(0),
+		BytesOut:          s.bytesOut.Swap(0),
+		Connections:       s.connections.Swap(0),
+		ConnectFailures:   s.failures[FailureConnect].Swap(0),
+		HandshakeFailures: s.failures[FailureHandshake].Swap(0),
+		RequestFailures:   s.failures[FailureRequest].Swap(0),
+	}
 }

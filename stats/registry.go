@@ -1,78 +1,93 @@
 package stats
 
 import (
+	"crypto/rand"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
-
-// Day is a UTC calendar day, counted from 1970-01-01 (day 0).
-type Day uint32
-
-// DayOf returns the UTC day that t falls on. Times before 1970 map to day 0.
-func DayOf(t time.Time) Day {
-	s := t.Unix()
-	if s < 0 {
-		return 0
-	}
-	return Day(s / 86400)
-}
-
-// Time returns midnight UTC at the start of d.
-func (d Day) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
-
-// String formats d as YYYY-MM-DD.
-func (d Day) String() string { return d.Time().Format(time.DateOnly) }
-
-// ParseDay reads a YYYY-MM-DD day that exists on the calendar.
-func ParseDay(s string) (Day, bool) {
-	if len(s) != 10 {
-		return 0, false
-	}
-	t, err := time.Parse(time.DateOnly, s)
-	if err != nil || t.Format(time.DateOnly) != s || t.Unix() < 0 {
-		return 0, false
-	}
-	return DayOf(t), true
-}
 
 // DefaultRetentionDays is the contract's minimum retention, today included.
 const DefaultRetentionDays = 35
 
+// DefaultSnapshotInterval is how often Run writes a snapshot when Options.SnapshotInterval
+// is zero: a crash (kill -9) loses at most this much of the counters.
+const DefaultSnapshotInterval = 10 * time.Second
+
+// SnapshotFile is the name of the snapshot inside Options.StateDir.
+const SnapshotFile = "statistics.json"
+
 // Options configure a Registry. The zero value is usable: it keeps
-// DefaultRetentionDays and reads the wall clock.
+// DefaultRetentionDays, reads the wall clock and persists nothing.
 type Options struct {
 	// NodeID is stated in every statistics entry.
 	NodeID string
 	// RetentionDays is how many days (today included) are kept; zero or less means
 	// DefaultRetentionDays, and values below it are raised to it.
 	RetentionDays int
-	// Now is the clock; nil means time.Now.
+	// Now is the clock; nil means time.Now. Run's timers run on the runtime's clock
+	// (tests use testing/synctest, where both are the bubble's fake clock).
 	Now func() time.Time
+	// StateDir, when not empty, is where Flush writes SnapshotFile and Load reads it.
+	StateDir string
+	// SnapshotInterval is how often Run writes a snapshot; zero or less means
+	// DefaultSnapshotInterval. Unused without StateDir.
+	SnapshotInterval time.Duration
+	// Logger receives snapshot failures from Run; nil means zap.NewNop().
+	Logger *zap.Logger
 }
 
-// Registry owns every Host and the current day. Host creation, rollover, queries and
-// snapshots take its mutex; recording through a Host never does.
+// Registry owns every Host, the current day, the archived days and the cursor key.
+// Host creation, rollover, queries and snapshots take its mutex; recording through a Host
+// never does. All methods are safe for concurrent use.
 type Registry struct {
 	nodeID    string
 	retention int
 	now       func() time.Time
+	stateDir  string
+	interval  time.Duration
+	log       *zap.Logger
+	cursorKey [32]byte // per-process: cursors do not survive a restart (the contract allows it)
 
-	today atomic.Uint32 // current Day+1, read by every Host on the hot path
+	// today is read by every Host on the hot path. The padding keeps it off the cache
+	// line of mu and the fields around it, which cold-path calls write.
+	_     [64]byte
+	today atomic.Uint32 // current Day+1
+	_     [60]byte
 
 	mu      sync.Mutex
 	hosts   map[string]*Host
-	history map[Day]map[string]Counters // days that left the live slots
+	sorted  []*Host            // hosts ordered by name; nil when a Host was added since
+	history map[Day]*dayRecord // days that left the live slots, and restored days
+	loaded  bool               // Load was called, so Flush may overwrite the file
+
+	fileMu   sync.Mutex // serialises snapshot writes
+	lastSnap []byte     // the bytes last written, to skip writing an unchanged snapshot
 }
 
-// NewRegistry returns a registry whose current day is the day of opts.Now().
+// dayRecord is one archived day: counters by hostname. names caches the sorted keys
+// for paging; nil means stale.
+type dayRecord struct {
+	counts map[string]Counters
+	names  []string
+}
+
+// NewRegistry returns a registry whose current day is the day of opts.Now(). It does not
+// read the snapshot: call Load before recording matters and before Run.
 func NewRegistry(opts Options) *Registry {
 	r := &Registry{
 		nodeID:    opts.NodeID,
 		retention: opts.RetentionDays,
 		now:       opts.Now,
+		stateDir:  opts.StateDir,
+		interval:  opts.SnapshotInterval,
+		log:       opts.Logger,
 		hosts:     make(map[string]*Host),
-		history:   make(map[Day]map[string]Counters),
+		history:   make(map[Day]*dayRecord),
 	}
 	if r.retention < DefaultRetentionDays {
 		r.retention = DefaultRetentionDays
@@ -80,6 +95,13 @@ func NewRegistry(opts Options) *Registry {
 	if r.now == nil {
 		r.now = time.Now
 	}
+	if r.interval <= 0 {
+		r.interval = DefaultSnapshotInterval
+	}
+	if r.log == nil {
+		r.log = zap.NewNop()
+	}
+	rand.Read(r.cursorKey[:]) // never fails since Go 1.24
 	r.today.Store(uint32(DayOf(r.now())) + 1)
 	return r
 }
@@ -91,7 +113,8 @@ func (r *Registry) NodeID() string { return r.nodeID }
 func (r *Registry) Today() Day { return Day(r.today.Load() - 1) }
 
 // Host returns the counters of hostname, creating them on first use. It is a cold-path
-// call (route-table compilation), safe for concurrent use.
+// call (route-table compilation), safe for concurrent use. Hosts are never removed: a
+// hostname dropped from the route table keeps its past days.
 func (r *Registry) Host(hostname string) *Host {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,32 +129,65 @@ func (r *Registry) hostLocked(hostname string) *Host {
 	cur := r.today.Load()
 	h.slots[cur&(ringSize-1)].day.Store(cur)
 	r.hosts[hostname] = h
+	r.sorted = nil
 	return h
 }
 
-// Roll advances the current day to the day of now, if that is later. Before the new day
-// is published, its slot in every Host is emptied (its old contents, ringSize days old,
-// move to history), so increments that still see the old day land in the old day's slot
-// and none are misdated. Days beyond the retention are dropped.
+// sortedLocked returns every Host ordered by name (byte order).
+func (r *Registry) sortedLocked() []*Host {
+	if r.sorted == nil {
+		s := make([]*Host, 0, len(r.hosts))
+		for _, h := range r.hosts {
+			s = append(s, h)
+		}
+		slices.SortFunc(s, func(a, b *Host) int {
+			switch {
+			case a.name < b.name:
+				return -1
+			case a.name > b.name:
+				return 1
+			}
+			return 0
+		})
+		r.sorted = s
+	}
+	return r.sorted
+}
+
+// Roll advances the current day to the day of now, if that is later; an earlier or equal
+// day changes nothing. Run calls it at every UTC midnight; queries call it too.
 func (r *Registry) Roll(now time.Time) {
-	next := uint32(DayOf(now)) + 1
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.rollLocked(DayOf(now))
+}
+
+// rollLocked publishes day to the hot path. Before a day is published, its slot in every
+// Host is emptied with atomic swaps (its old contents move to history) and tagged with
+// the new day, so increments that still see the previous day land in the previous day's
+// slot and none is lost. On a jump of ringSize days or more, a slot still being written
+// for the old day gets reused; increments racing that exact moment are then counted on
+// the new day, never dropped.
+func (r *Registry) rollLocked(day Day) {
+	next := uint32(day) + 1
 	cur := r.today.Load()
 	if next <= cur {
 		return
 	}
-	// Walk day by day so that a jump of several days archives every slot once.
-	for d := cur + 1; d <= next; d++ {
+	// Only the last ringSize days of a jump can need a slot; walking them visits every
+	// slot once, so a jump of years costs the same as a jump of four days.
+	start := cur + 1
+	if next-cur > ringSize {
+		start = next - ringSize + 1
+	}
+	for d := start; d <= next; d++ {
 		idx := d & (ringSize - 1)
 		for name, h := range r.hosts {
 			s := &h.slots[idx]
-			if old := s.day.Load(); old != 0 {
-				if c := s.load(); !c.IsZero() {
-					r.archiveLocked(Day(old-1), name, c)
-				}
+			old := s.day.Load()
+			if c := s.take(); old != 0 && !c.IsZero() {
+				r.archiveLocked(Day(old-1), name, c)
 			}
-			s.store(Counters{})
 			s.day.Store(d)
 		}
 		r.today.Store(d)
@@ -140,24 +196,88 @@ func (r *Registry) Roll(now time.Time) {
 }
 
 func (r *Registry) archiveLocked(d Day, host string, c Counters) {
-	m := r.history[d]
-	if m == nil {
-		m = make(map[string]Counters)
-		r.history[d] = m
+	rec := r.history[d]
+	if rec == nil {
+		rec = &dayRecord{counts: make(map[string]Counters)}
+		r.history[d] = rec
 	}
-	m[host] = m[host].Add(c)
+	old, had := rec.counts[host]
+	rec.counts[host] = old.Add(c)
+	if !had {
+		rec.names = nil
+	}
 }
 
-// pruneLocked drops history older than the retention window.
-func (r *Registry) pruneLocked() {
+// oldestLocked is the first day inside the retention window.
+func (r *Registry) oldestLocked() Day {
 	today := Day(r.today.Load() - 1)
 	if int(today) < r.retention {
-		return
+		return 0
 	}
-	oldest := today - Day(r.retention) + 1
+	return today - Day(r.retention) + 1
+}
+
+// pruneLocked drops history older than the retention window. Live slots are never older
+// than ringSize days, far inside it; readers filter by oldestLocked all the same.
+func (r *Registry) pruneLocked() {
+	oldest := r.oldestLocked()
 	for d := range r.history {
 		if d < oldest {
 			delete(r.history, d)
 		}
 	}
+}
+
+// isLiveLocked reports whether day d may still be held by live slots.
+func (r *Registry) isLiveLocked(d Day) bool {
+	today := Day(r.today.Load() - 1)
+	return d <= today && d+ringSize > today
+}
+
+// countersLocked returns the counters of host h (which may be nil) on day d: its live
+// slot, if it holds d, plus the archived or restored part.
+func (r *Registry) countersLocked(d Day, name string, h *Host) Counters {
+	var c Counters
+	if h != nil && r.isLiveLocked(d) {
+		if s := &h.slots[uint32(d+1)&(ringSize-1)]; s.day.Load() == uint32(d)+1 {
+			c = s.load()
+		}
+	}
+	if rec := r.history[d]; rec != nil {
+		c = c.Add(rec.counts[name])
+	}
+	return c
+}
+
+// daysLocked returns the days from lo to hi (inclusive) that may hold entries, ascending.
+func (r *Registry) daysLocked(lo, hi Day) []Day {
+	if lo > hi {
+		return nil
+	}
+	var days []Day
+	for d := range r.history {
+		if d >= lo && d <= hi {
+			days = append(days, d)
+		}
+	}
+	today := Day(r.today.Load() - 1)
+	for i := Day(0); i < ringSize && i <= today; i++ {
+		if d := today - i; d >= lo && d <= hi && r.history[d] == nil {
+			days = append(days, d)
+		}
+	}
+	slices.Sort(days)
+	return days
+}
+
+// sortedNames returns the hostnames archived in rec, in byte order.
+func (rec *dayRecord) sortedNames() []string {
+	if rec.names == nil {
+		rec.names = make([]string, 0, len(rec.counts))
+		for n := range rec.counts {
+			rec.names = append(rec.names, n)
+		}
+		sort.Strings(rec.names)
+	}
+	return rec.names
 }

@@ -1,0 +1,212 @@
+package stats
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// The snapshot file: every day inside the retention window, each with the counters of
+// every hostname that had traffic, live slots and history merged.
+//
+//	{"version":1,"days":[{"dayUtc":"2026-11-28","hosts":[{"hostname":…,"counters":{…}}]}]}
+type snapshotFile struct {
+	Version int           `json:"version"`
+	Days    []snapshotDay `json:"days"`
+}
+
+type snapshotDay struct {
+	Day   Day            `json:"dayUtc"`
+	Hosts []snapshotHost `json:"hosts"`
+}
+
+type snapshotHost struct {
+	Hostname          string `json:"hostname"`
+	Requests          uint64 `json:"requests"`
+	BytesIn           uint64 `json:"bytesIn"`
+	BytesOut          uint64 `json:"bytesOut"`
+	Connections       uint64 `json:"connections"`
+	ConnectFailures   uint64 `json:"connectFailures"`
+	HandshakeFailures uint64 `json:"handshakeFailures"`
+	RequestFailures   uint64 `json:"requestFailures"`
+}
+
+const snapshotVersion = 1
+
+func (h snapshotHost) counters() Counters {
+	return Counters{h.Requests, h.BytesIn, h.BytesOut, h.Connections,
+		h.ConnectFailures, h.HandshakeFailures, h.RequestFailures}
+}
+
+func snapshotHostOf(name string, c Counters) snapshotHost {
+	return snapshotHost{name, c.Requests, c.BytesIn, c.BytesOut, c.Connections,
+		c.ConnectFailures, c.HandshakeFailures, c.RequestFailures}
+}
+
+// Flush writes the snapshot now: to a temporary file in Options.StateDir (mode 0600),
+// fsynced, then renamed over SnapshotFile, so a crash leaves the old or the new file,
+// never a torn one. Without StateDir it does nothing and returns nil. Before Load it
+// returns ErrNotLoaded. An unchanged snapshot is not rewritten. Safe for concurrent use;
+// recording is never blocked by the disk.
+func (r *Registry) Flush() error {
+	if r.stateDir == "" {
+		return nil
+	}
+	// fileMu is held from copy to rename so that concurrent Flushes write in the order
+	// they copied: an older copy never replaces a newer file.
+	r.fileMu.Lock()
+	defer r.fileMu.Unlock()
+	r.mu.Lock()
+	if !r.loaded {
+		r.mu.Unlock()
+		return ErrNotLoaded
+	}
+	r.rollLocked(DayOf(r.now()))
+	snap := r.snapshotLocked()
+	r.mu.Unlock()
+
+	data, err := json.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("encode statistics snapshot: %w", err)
+	}
+	if bytes.Equal(data, r.lastSnap) {
+		return nil
+	}
+	if err := writeFileAtomic(filepath.Join(r.stateDir, SnapshotFile), data); err != nil {
+		return err
+	}
+	r.lastSnap = data
+	return nil
+}
+
+// snapshotLocked copies every retained day with traffic.
+func (r *Registry) snapshotLocked() snapshotFile {
+	snap := snapshotFile{Version: snapshotVersion, Days: []snapshotDay{}}
+	hosts := r.sortedLocked()
+	for _, d := range r.daysLocked(r.oldestLocked(), ^Day(0)) {
+		entries := r.appendDayLocked(nil, d, hosts, "", false, int(^uint(0)>>1))
+		if len(entries) == 0 {
+			continue
+		}
+		sd := snapshotDay{Day: d, Hosts: make([]snapshotHost, len(entries))}
+		for i, e := range entries {
+			sd.Hosts[i] = snapshotHostOf(e.Hostname, r.countersLocked(d, e.Hostname, r.hosts[e.Hostname]))
+		}
+		snap.Days = append(snap.Days, sd)
+	}
+	return snap
+}
+
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write statistics snapshot: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(0o600); err == nil {
+		if _, err = f.Write(data); err == nil {
+			err = f.Sync()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("write statistics snapshot: %w", err)
+	}
+	// Make the rename itself durable; a failure here leaves a valid file behind.
+	if d, derr := os.Open(dir); derr == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// Load restores the snapshot in Options.StateDir, if there is one, adding its days that
+// are inside the retention window to the counters (today's continue where they were).
+// It must be called once, before Run and Flush; a second call does nothing. A missing
+// file is not an error. A corrupt file returns an error matching ErrSnapshotCorrupt and
+// restores nothing; the caller logs it and carries on (the next Flush replaces the file).
+// Without StateDir it does nothing.
+func (r *Registry) Load() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loaded {
+		return nil
+	}
+	r.loaded = true
+	if r.stateDir == "" {
+		return nil
+	}
+	path := filepath.Join(r.stateDir, SnapshotFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read statistics snapshot: %w", err)
+	}
+	snap, err := decodeSnapshot(data)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrSnapshotCorrupt, path, err)
+	}
+	oldest := r.oldestLocked()
+	for _, sd := range snap.Days {
+		if sd.Day < oldest {
+			continue
+		}
+		for _, h := range sd.Hosts {
+			r.archiveLocked(sd.Day, h.Hostname, h.counters())
+		}
+	}
+	return nil
+}
+
+// decodeSnapshot reads a snapshot strictly: unknown keys, trailing data, duplicate days
+// or hostnames and unordered entries make it corrupt.
+func decodeSnapshot(data []byte) (snapshotFile, error) {
+	var snap snapshotFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&snap); err != nil {
+		return snap, err
+	}
+	if err := dec.Decode(new(json.RawMessage)); err != io.EOF {
+		return snap, errors.New("trailing data")
+	}
+	if snap.Version != snapshotVersion {
+		return snap, fmt.Errorf("version %d, want %d", snap.Version, snapshotVersion)
+	}
+	if !slices.IsSortedFunc(snap.Days, func(a, b snapshotDay) int { return int(a.Day) - int(b.Day) }) {
+		return snap, errors.New("days out of order")
+	}
+	for i, sd := range snap.Days {
+		if i > 0 && snap.Days[i-1].Day == sd.Day {
+			return snap, fmt.Errorf("day %s twice", sd.Day)
+		}
+		for k, h := range sd.Hosts {
+			if h.Hostname == "" {
+				return snap, fmt.Errorf("day %s: empty hostname", sd.Day)
+			}
+			if k > 0 && sd.Hosts[k-1].Hostname >= h.Hostname {
+				return snap, fmt.Errorf("day %s: hostnames out of order", sd.Day)
+			}
+		}
+	}
+	return snap, nil
+}
