@@ -53,7 +53,7 @@ func TestQueryPagingIsOrderedAndComplete(t *testing.T) {
 		if err != nil || string(body) != `{"statistics":[]}` {
 			t.Fatalf("body %s, err %v", body, err)
 		}
-		body, err = r.QueryRaw(json.RawMessage(`{"fromDayUtc":"1960-10-01","toDayUtc":"1969-10-02","limit":5}`))
+		body, err = r.QueryRaw(json.RawMessage(`{"fromDayUtc":"1969-10-01","toDayUtc":"1969-10-02","limit":5}`))
 		if err != nil || string(body) != `{"statistics":[]}` {
 			t.Fatalf("before 1970: body %s, err %v", body, err)
 		}

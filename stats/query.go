@@ -59,6 +59,9 @@ func (p Page) MarshalJSON() ([]byte, error) {
 	return json.Marshal(page(p))
 }
 
+// MaxRangeDays bounds a query's range: fromDayUtc to toDayUtc spans at most 366 days.
+const MaxRangeDays = 366
+
 // ParseQuery reads an untrusted request body under the exact-schema rule and returns the
 // query with every violation it finds (nil when there is none). It cannot judge whether
 // a non-empty cursor was issued for the range: Registry.Query and QueryRaw do that.
@@ -82,6 +85,11 @@ func parseQuery(raw json.RawMessage) (Query, *jsonx.Errors, bool) {
 	rangeOK := fromOK && toOK
 	if rangeOK && from > to {
 		e.Addf("fromDayUtc", "must not be after toDayUtc")
+		rangeOK = false
+	}
+	if rangeOK && to-from >= MaxRangeDays {
+		// Far beyond any retention; a bound keeps a query's cost obvious.
+		e.Addf("toDayUtc", "must be less than %d days after fromDayUtc", MaxRangeDays)
 		rangeOK = false
 	}
 	if rangeOK {

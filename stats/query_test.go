@@ -56,7 +56,10 @@ func TestParseQueryViolations(t *testing.T) {
 	}{
 		{"valid", `{"fromDayUtc":"2026-11-28","toDayUtc":"2026-11-30","limit":2}`, nil},
 		{"valid limit 1.0", `{"fromDayUtc":"2026-11-28","toDayUtc":"2026-11-28","limit":1.0}`, nil},
-		{"valid 1000 and before 1970", `{"fromDayUtc":"1969-01-01","toDayUtc":"2026-11-28","limit":1000}`, nil},
+		{"valid 1000 and before 1970", `{"fromDayUtc":"1969-06-01","toDayUtc":"1970-01-01","limit":1000}`, nil},
+		{"range of 366 days", `{"fromDayUtc":"2025-11-30","toDayUtc":"2026-11-30","limit":1}`, nil},
+		{"range over 366 days", `{"fromDayUtc":"2025-11-29","toDayUtc":"2026-11-30","limit":1}`,
+			[]string{"toDayUtc must be less than 366 days after fromDayUtc"}},
 		{"example", `{"fromDayUtc":"2026-02-29","toDayUtc":"2026-02-01","limit":0}`,
 			[]string{"fromDayUtc must be an existing UTC calendar day", "limit must be an integer from 1 to 1000"}},
 		{"bad to", `{"fromDayUtc":"2026-02-01","toDayUtc":"2026-02-30","limit":1}`,
