@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// options are the command-line settings of `ingress` and `ingress demo` (contract §8).
+type options struct {
+	HTTPAddr           string
+	HTTPSAddr          string
+	HTTP3              bool
+	AdminAddr          string
+	StateDir           string
+	Routes             string
+	AllowInsecureRelay bool
+	RelayCA            string
+	DrainTimeout       time.Duration
+
+	LogLevel  string
+	LogFormat string
+	AccessLog bool
+
+	TrustedProxies        string
+	DialTimeout           time.Duration
+	ResponseHeaderTimeout time.Duration
+	ReadHeaderTimeout     time.Duration
+	IdleTimeout           time.Duration
+	MaxHeaderBytes        int
+
+	MetricsPerHost bool
+	RetentionDays  int
+
+	// Derived by validate.
+	level    zapcore.Level
+	trusted  []netip.Prefix
+	addrSeen map[string]string
+}
+
+func defaultOptions() options {
+	return options{
+		HTTPAddr:              ":80",
+		HTTPSAddr:             ":443",
+		HTTP3:                 true,
+		AdminAddr:             "127.0.0.1:9090",
+		DrainTimeout:          30 * time.Second,
+		LogLevel:              "info",
+		LogFormat:             "json",
+		DialTimeout:           5 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ReadHeaderTimeout:     10 * time.Second,
+		IdleTimeout:           120 * time.Second,
+		MaxHeaderBytes:        64 << 10,
+		RetentionDays:         35,
+	}
+}
+
+// flagSet binds o to a new FlagSet named name, writing usage to out.
+func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "plain HTTP listener (HTTP/1.1 and prior-knowledge h2c); empty disables it")
+	fs.StringVar(&o.HTTPSAddr, "https-addr", o.HTTPSAddr, "TLS listener (h2, http/1.1); empty disables it")
+	fs.BoolVar(&o.HTTP3, "http3", o.HTTP3, "also serve HTTP/3 on UDP at --https-addr")
+	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "admin listener: /metrics, /healthz, /readyz, /v1/traffic-statistics; empty disables it")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory keeping the last applied route table and the statistics across restarts")
+	fs.StringVar(&o.Routes, "routes", o.Routes, "standalone mode: serve the route table in this file instead of registering with a relay")
+	fs.BoolVar(&o.AllowInsecureRelay, "allow-insecure-relay", o.AllowInsecureRelay, "accept an http:// relay origin on a non-loopback host")
+	fs.StringVar(&o.RelayCA, "relay-ca", o.RelayCA, "PEM file of CA certificates trusted for the relay, in addition to the system roots")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "how long a graceful stop lets in-flight requests finish")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "json or console")
+	fs.BoolVar(&o.AccessLog, "access-log", o.AccessLog, "log one line per request")
+	fs.StringVar(&o.TrustedProxies, "trusted-proxies", o.TrustedProxies, "comma-separated CIDRs whose X-Forwarded-*/Forwarded headers are extended instead of replaced")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "timeout for connecting to a target")
+	fs.DurationVar(&o.ResponseHeaderTimeout, "response-header-timeout", o.ResponseHeaderTimeout, "timeout for a target's response headers")
+	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", o.ReadHeaderTimeout, "timeout for reading a client's request headers")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "how long an idle client keep-alive connection is kept")
+	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
+	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
+	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
+	return fs
+}
+
+// validate judges every setting and returns every problem, one error each.
+func (o *options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	o.addrSeen = map[string]string{}
+	checkAddr := func(flagName, addr string) {
+		if addr == "" {
+			return
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			bad("--%s %q must be host:port or :port", flagName, addr)
+			return
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			bad("--%s %q must have a port from 0 to 65535", flagName, addr)
+			return
+		}
+		if host != "" {
+			if _, err := netip.ParseAddr(host); err != nil && host != "localhost" {
+				bad("--%s %q must use an IP address or localhost as host", flagName, addr)
+				return
+			}
+		}
+		if port != "0" {
+			if other, dup := o.addrSeen[addr]; dup {
+				bad("--%s and --%s both use %q", other, flagName, addr)
+			}
+			o.addrSeen[addr] = flagName
+		}
+	}
+	checkAddr("http-addr", o.HTTPAddr)
+	checkAddr("https-addr", o.HTTPSAddr)
+	checkAddr("admin-addr", o.AdminAddr)
+	if o.HTTPAddr == "" && o.HTTPSAddr == "" {
+		bad("--http-addr and --https-addr are both empty: nothing would be served")
+	}
+
+	if err := o.level.Set(o.LogLevel); err != nil || o.LogLevel == "" {
+		bad("--log-level %q must be debug, info, warn or error", o.LogLevel)
+	}
+	switch o.LogFormat {
+	case "json", "console":
+	default:
+		bad("--log-format %q must be json or console", o.LogFormat)
+	}
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			bad("--%s must be positive, got %s", name, d)
+		}
+	}
+	positive("drain-timeout", o.DrainTimeout)
+	positive("dial-timeout", o.DialTimeout)
+	positive("response-header-timeout", o.ResponseHeaderTimeout)
+	positive("read-header-timeout", o.ReadHeaderTimeout)
+	positive("idle-timeout", o.IdleTimeout)
+	if o.MaxHeaderBytes < 4096 || o.MaxHeaderBytes > 16<<20 {
+		bad("--max-header-bytes must be from 4096 to 16777216, got %d", o.MaxHeaderBytes)
+	}
+	if o.RetentionDays < 35 || o.RetentionDays > 3660 {
+		bad("--stats-retention-days must be from 35 to 3660, got %d", o.RetentionDays)
+	}
+	o.trusted = nil
+	if s := strings.TrimSpace(o.TrustedProxies); s != "" {
+		for _, part := range strings.Split(s, ",") {
+			part = strings.TrimSpace(part)
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				if a, aerr := netip.ParseAddr(part); aerr == nil {
+					p = netip.PrefixFrom(a, a.BitLen())
+				} else {
+					bad("--trusted-proxies: %q is not a CIDR", part)
+					continue
+				}
+			}
+			o.trusted = append(o.trusted, p.Masked())
+		}
+	}
+	if o.Routes != "" && o.RelayCA != "" {
+		bad("--relay-ca has no use with --routes (standalone mode has no relay)")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/env"
+	"github.com/serve-zone/ingress/proxy"
+	"github.com/serve-zone/ingress/register"
+	"github.com/serve-zone/ingress/relay"
+	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// capabilities is what this build states at registration (sorted, contract §4).
+var capabilities = []string{"http1", "http2", "tls-termination", "traffic-statistics", "websocket"}
+
+// runIngress judges flags and environment, then runs the ingress until ctx ends.
+func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) error {
+	o := defaultOptions()
+	fs := o.flagSet("ingress", stderr)
+	if err := fs.Parse(args); err != nil {
+		return configError{err}
+	}
+	var problems []error
+	if fs.NArg() > 0 {
+		problems = append(problems, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if err := o.validate(); err != nil {
+		problems = append(problems, err)
+	}
+	var ec env.Config
+	if o.Routes == "" {
+		var err error
+		if ec, err = env.Read(lookup, env.Options{AllowInsecureRelay: o.AllowInsecureRelay}); err != nil {
+			problems = append(problems, err)
+		}
+	} else if node, ok := lookup(env.VarNodeID); ok && env.IsID(node) {
+		ec.NodeID = node // standalone statistics still name the node when it is known
+	}
+	var relayTLS *tls.Config
+	if o.RelayCA != "" {
+		var err error
+		if relayTLS, err = loadRelayCA(o.RelayCA); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if o.Routes != "" {
+		// Judge the file now so that its violations join the other problems; the
+		// instance loads it again through its watcher.
+		if _, err := routetable.LoadFile(o.Routes); err != nil {
+			problems = append(problems, fmt.Errorf("--routes %s refused:\n%w", o.Routes, err))
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		return configError{err}
+	}
+	log := newLogger(o.LogFormat, o.level, stderr)
+	defer func() { _ = log.Sync() }()
+
+	in, err := newInstance(o, instanceDeps{env: ec, relayTLS: relayTLS, log: log})
+	if err != nil {
+		return err
+	}
+	return in.run(ctx)
+}
+
+func loadRelayCA(path string) (*tls.Config, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--relay-ca: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--relay-ca %s holds no PEM certificate", path)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// instanceDeps is what an instance needs beyond its options.
+type instanceDeps struct {
+	env      env.Config  // relay identity (relay mode) or just NodeID (standalone)
+	relayTLS *tls.Config // nil: system roots
+	log      *zap.Logger
+	relayOpt *relay.Options // tests shorten relay timings; nil: the contract's
+}
+
+// instance is one running ingress: every component, wired, listeners bound.
+type instance struct {
+	opts  options
+	log   *zap.Logger
+	stats *stats.Registry
+	store *routetable.Store
+	proxy *proxy.Server
+
+	adminLn  net.Listener
+	adminSrv *http.Server
+
+	session *register.Session
+	watcher *routetable.FileSource
+}
+
+// newInstance builds and wires the components and binds every listener, so that a bind
+// error is reported before anything runs.
+func newInstance(o options, d instanceDeps) (*instance, error) {
+	log := d.log
+	in := &instance{opts: o, log: log}
+	nodeID := d.env.NodeID
+	if nodeID == "" {
+		nodeID = "standalone"
+	}
+	in.stats = stats.NewRegistry(stats.Options{
+		NodeID:        nodeID,
+		RetentionDays: o.RetentionDays,
+		StateDir:      o.StateDir,
+		Logger:        log.Named("stats"),
+	})
+	if o.StateDir != "" {
+		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+			return nil, configError{fmt.Errorf("--state-dir: %w", err)}
+		}
+	}
+	if err := in.stats.Load(); err != nil {
+		log.Warn("statistics snapshot ignored", zap.Error(err))
+	}
+	mode := routetable.ModeRelay
+	if o.Routes != "" {
+		mode = routetable.ModeStandalone
+	}
+	in.store = routetable.NewStore(routetable.StoreOptions{
+		Stats: in.stats, StateDir: o.StateDir, Logger: log.Named("routetable"), Mode: mode,
+	})
+	if o.Routes != "" {
+		in.watcher = routetable.NewFileSource(o.Routes, in.store, routetable.FileSourceOptions{Logger: log.Named("routes")})
+		if err := in.watcher.Load(); err != nil {
+			return nil, configError{fmt.Errorf("--routes %s refused:\n%w", o.Routes, err)}
+		}
+	} else if o.StateDir != "" {
+		// Serve the last known good routes before the relay answers.
+		if err := in.store.LoadState(); err != nil {
+			log.Warn("last known route table ignored", zap.Error(err))
+		}
+	}
+
+	totals := new(stats.Totals)
+	var access *zap.Logger
+	if o.AccessLog {
+		access = log.Named("access")
+	}
+	p, err := proxy.New(proxy.Config{
+		HTTPAddr:              o.HTTPAddr,
+		HTTPSAddr:             o.HTTPSAddr,
+		Tables:                in.store,
+		Totals:                totals,
+		Logger:                log.Named("proxy"),
+		TrustedProxies:        o.trusted,
+		DialTimeout:           o.DialTimeout,
+		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
+		ReadHeaderTimeout:     o.ReadHeaderTimeout,
+		IdleTimeout:           o.IdleTimeout,
+		MaxHeaderBytes:        o.MaxHeaderBytes,
+		AccessLog:             access,
+	})
+	if err != nil {
+		return nil, configError{err}
+	}
+	in.proxy = p
+
+	metrics := []prometheus.Collector{stats.NewCollector(in.stats, totals, stats.CollectorOptions{PerHost: o.MetricsPerHost})}
+	metrics = append(metrics, in.store.Collectors()...)
+	if o.Routes == "" {
+		ropts := relay.Options{TLSConfig: d.relayTLS, Logger: log.Named("relay")}
+		if d.relayOpt != nil {
+			ropts = *d.relayOpt
+			ropts.TLSConfig, ropts.Logger = d.relayTLS, log.Named("relay")
+		}
+		in.session = register.New(register.Config{
+			Env:          d.env,
+			Version:      version,
+			Capabilities: capabilities,
+			Tables:       in.store,
+			Stats:        in.stats,
+			Relay:        ropts,
+			Logger:       log.Named("session"),
+		})
+		metrics = append(metrics, in.session.Collectors()...)
+	}
+	reg, err := newMetricsRegistry(metrics...)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := in.proxy.Listen(); err != nil {
+		return nil, err
+	}
+	if o.AdminAddr != "" {
+		ln, err := net.Listen("tcp", o.AdminAddr)
+		if err != nil {
+			_ = in.proxy.Shutdown(context.Background())
+			return nil, fmt.Errorf("admin listener: %w", err)
+		}
+		in.adminLn = ln
+		in.adminSrv = &http.Server{
+			Handler:           adminHandler(reg, in.ready, in.stats.Handler()),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          zap.NewStdLog(log.Named("admin")),
+		}
+	}
+	return in, nil
+}
+
+// ready is /readyz: a table is applied and the listeners are up.
+func (in *instance) ready() bool { return in.store.Load() != nil && in.proxy.Ready() }
+
+// adminAddr returns the bound admin address, or nil.
+func (in *instance) adminAddr() net.Addr {
+	if in.adminLn == nil {
+		return nil
+	}
+	return in.adminLn.Addr()
+}
+
+// run serves until ctx ends, then stops in two stages: the listeners stop accepting and
+// in-flight requests get --drain-timeout to finish, then everything left is closed; the
+// statistics are persisted last. It returns nil after a graceful stop.
+func (in *instance) run(ctx context.Context) error {
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	goOwned := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(bg); err != nil && bg.Err() == nil {
+				in.log.Error(name+" stopped", zap.Error(err))
+			}
+		}()
+	}
+	serveErr := make(chan error, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := in.proxy.Serve(bg); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+		}
+	}()
+	if in.adminSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := in.adminSrv.Serve(in.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("admin listener: %w", err)
+			}
+		}()
+	}
+	goOwned("statistics", func(ctx context.Context) error { in.stats.Run(ctx); return nil })
+	if in.session != nil {
+		goOwned("relay session", in.session.Run)
+	}
+	if in.watcher != nil {
+		goOwned("routes watcher", in.watcher.Run)
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		goOwned("SIGHUP", func(ctx context.Context) error {
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-hup:
+					in.log.Info("SIGHUP: reloading the routes file")
+					in.watcher.Reload()
+				}
+			}
+		})
+	}
+	http1, https := in.proxy.Addrs()
+	in.log.Info("ingress started", zap.String("version", version),
+		zap.Stringer("http", addrString{http1}), zap.Stringer("https", addrString{https}),
+		zap.Stringer("admin", addrString{in.adminAddr()}))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+	in.log.Info("stopping: draining in-flight requests", zap.Duration("drainTimeout", in.opts.DrainTimeout))
+	drain, cancel := context.WithTimeout(context.Background(), in.opts.DrainTimeout)
+	if err := in.proxy.Shutdown(drain); err != nil {
+		in.log.Warn("drain ended before every request finished", zap.Error(err))
+	}
+	cancel()
+	stopBG()
+	if in.adminSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = in.adminSrv.Shutdown(sctx)
+		cancel()
+	}
+	wg.Wait()
+	if err := in.stats.Flush(); err != nil && !errors.Is(err, stats.ErrNotLoaded) {
+		in.log.Warn("statistics not persisted", zap.Error(err))
+	}
+	in.log.Info("stopped")
+	return runErr
+}
+
+type addrString struct{ a net.Addr }
+
+func (a addrString) String() string {
+	if a.a == nil {
+		return "off"
+	}
+	return a.a.String()
+}
