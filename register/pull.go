@@ -9,6 +9,7 @@ import (
 
 	"github.com/serve-zone/ingress/relay"
 	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
 )
 
 // noteRevision records that the relay holds revision rev and asks for a pull when it is
@@ -140,9 +141,9 @@ func (s *Session) handleStatistics(_ context.Context, req json.RawMessage) (any,
 	}
 	out, err := s.cfg.Stats.QueryRaw(req)
 	if err != nil {
-		var v interface{ Violations() []string }
-		if errors.As(err, &v) {
-			return nil, relay.RequestInvalid(v.Violations())
+		var qe *stats.QueryError
+		if errors.As(err, &qe) {
+			return nil, relay.RequestInvalid(qe.Violations)
 		}
 		return nil, err
 	}

@@ -28,8 +28,8 @@ type Tables interface {
 	WantsRevision(rev int64) bool
 }
 
-// Statistics answers getClusterTrafficStatistics: stats.Registry satisfies it. An error
-// that has a Violations() []string method is answered as request-invalid with them.
+// Statistics answers getClusterTrafficStatistics: stats.Registry satisfies it. A
+// *stats.QueryError is answered as request-invalid with its violations.
 type Statistics interface {
 	QueryRaw(request json.RawMessage) (json.RawMessage, error)
 }
