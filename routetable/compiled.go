@@ -2,7 +2,6 @@ package routetable
 
 import (
 	"crypto/tls"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/serve-zone/ingress/stats"
@@ -15,6 +14,10 @@ type Compiled struct {
 	Revision int64
 	// Source is the validated table it was compiled from (read-only; used for persistence).
 	Source *Table
+	// Warnings are what validation reported without refusing (expired leaves).
+	Warnings []string
+	// ExpiredCertificates counts certificates whose leaf is outside its validity window.
+	ExpiredCertificates int
 
 	exact    map[string]*Entry // hostname -> route
 	wildcard map[string]*Entry // parent domain ("example.test" for "*.example.test") -> route
@@ -38,7 +41,7 @@ type Entry struct {
 	Stats *stats.Host
 }
 
-// TargetState is the mutable, shared state of one target (lease address and port). It
+// TargetState is the mutable, shared state of one target (lease id, address and port). It
 // outlives any single compiled table. The data plane owns the policy; this package only
 // keeps the state alive across swaps. All fields are safe for concurrent use.
 type TargetState struct {
@@ -60,8 +63,11 @@ type Backend struct {
 	State *TargetState
 }
 
-func targetKey(t Target) string {
-	return t.LeaseID + "@" + t.Address + ":" + strconv.Itoa(t.Port)
+// targetID identifies a target across tables: the same lease at the same address and
+// port keeps its state.
+type targetID struct {
+	leaseID, address string
+	port             int
 }
 
 // Lookup returns the route for host, or nil. host may be a raw Host header, :authority
@@ -78,15 +84,26 @@ func (c *Compiled) Lookup(host string) *Entry {
 	if e := c.exact[string(b)]; e != nil {
 		return e
 	}
+	// A wildcard matches exactly one more leftmost label, and only a label that could be
+	// a DNS label: "*.example.test" answers "a.example.test", never ".example.test".
 	for i, ch := range b {
 		if ch == '.' {
-			if e := c.wildcard[string(b[i+1:])]; e != nil {
-				return e
+			if i == 0 || i > 63 {
+				return nil
 			}
-			break
+			return c.wildcard[string(b[i+1:])]
+		}
+		if !isLabelByte(ch) {
+			return nil
 		}
 	}
 	return nil
+}
+
+// isLabelByte accepts the bytes of a lowercase DNS label, plus '_' which real-world
+// service names use in Host headers.
+func isLabelByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_'
 }
 
 // GetCertificate returns the certificate for an SNI name (exact route before wildcard),
@@ -105,4 +122,12 @@ func (c *Compiled) Len() int {
 		return 0
 	}
 	return len(c.exact) + len(c.wildcard)
+}
+
+// CertificateByID returns the parsed certificate with that id, or nil.
+func (c *Compiled) CertificateByID(id string) *tls.Certificate {
+	if c == nil {
+		return nil
+	}
+	return c.certs[id]
 }

@@ -40,10 +40,11 @@ type Certificate struct {
 	PrivateKeyPEM  string `json:"privateKeyPem"`
 }
 
-// String names the certificate without its key.
-func (c Certificate) String() string { return "certificate " + c.ID }
+// String names the certificate without its key (and without an id that is not a valid
+// Id, which could be anything, a pasted key included).
+func (c Certificate) String() string { return "certificate " + safeID(c.ID) }
 
 // GoString names the certificate without its key, so %#v cannot leak it.
 func (c Certificate) GoString() string {
-	return "routetable.Certificate{ID:" + c.ID + ", PrivateKeyPEM:[redacted]}"
+	return "routetable.Certificate{ID:" + safeID(c.ID) + ", PrivateKeyPEM:[redacted]}"
 }

@@ -143,7 +143,9 @@ func Bool(raw json.RawMessage, path string, e *Errors) (bool, bool) {
 // to a JavaScript peer) within [min, max].
 func number(raw json.RawMessage) (int64, bool) {
 	var n json.Number
-	if len(raw) == 0 || IsNull(raw) || json.Unmarshal(raw, &n) != nil {
+	// encoding/json also fills a json.Number from a JSON string holding a number ("80"),
+	// which the exact schema must refuse as the wrong type.
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] == '"' || IsNull(raw) || json.Unmarshal(raw, &n) != nil {
 		return 0, false
 	}
 	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {

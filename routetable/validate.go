@@ -1,0 +1,181 @@
+package routetable
+
+import (
+	"crypto/tls"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/serve-zone/ingress/internal/jsonx"
+)
+
+const (
+	msgID       = "must be an Id (1–128 characters of [A-Za-z0-9._:-], starting with a letter or digit)"
+	msgHostname = "must be a lowercase A-label DNS name without trailing dot (at most 253 characters, " +
+		"labels of 1–63 [a-z0-9-] neither starting nor ending with '-'), or '*.' followed by one"
+	msgAddress = "must be a dotted-quad IPv4 address without leading zeros, outside 0.0.0.0/8, 224.0.0.0/4 and 240.0.0.0/4"
+)
+
+// validated is what Validate learns on the way: the violations, the warnings and the
+// parsed certificates, which compile reuses instead of parsing every key pair twice.
+type validated struct {
+	violations []string
+	warnings   []string
+	certs      map[string]*tls.Certificate // by id; only certificates that parsed and matched
+	expired    int
+}
+
+// Validate judges every rule of contract §6 (and §7 for ModeStandalone) and returns all
+// violations at once as an *Error with CodeInvalid, each naming its JSON path. warnings
+// lists what is served but reported, such as an expired certificate. It never mutates t
+// and is safe to call concurrently on a table nobody mutates. A nil table is invalid.
+func Validate(t *Table, mode Mode) (warnings []string, err error) {
+	v := validate(t, mode, time.Now())
+	if len(v.violations) > 0 {
+		return v.warnings, newInvalid(revisionOf(t), v.violations)
+	}
+	return v.warnings, nil
+}
+
+func revisionOf(t *Table) int64 {
+	if t == nil || t.Revision < 0 {
+		return -1
+	}
+	return t.Revision
+}
+
+func validate(t *Table, mode Mode, now time.Time) *validated {
+	v := &validated{}
+	if t == nil {
+		v.violations = append(v.violations, "the route table is missing")
+		return v
+	}
+	e := &jsonx.Errors{}
+	if t.Revision < 0 || t.Revision > jsonx.MaxSafeInteger {
+		e.Addf("revision", "must be a non-negative safe integer")
+	}
+
+	// Certificates first: routes refer to them.
+	if n := len(t.Certificates); n > MaxCertificates {
+		e.Addf("certificates", "must hold at most %d certificates (it holds %d)", MaxCertificates, n)
+	}
+	v.certs = make(map[string]*tls.Certificate, len(t.Certificates))
+	index := make(map[string]int, len(t.Certificates)) // id -> first position
+	for i := range t.Certificates {
+		c := &t.Certificates[i]
+		p := jsonx.Index("certificates", i)
+		if !jsonx.IsID(c.ID) {
+			e.Addf(p+".id", msgID)
+		} else if _, dup := index[c.ID]; !dup {
+			index[c.ID] = i
+		}
+		if i > 0 && c.ID <= t.Certificates[i-1].ID {
+			e.Addf(p+".id", "must sort strictly after certificates[%d].id (byte order, no duplicates)", i-1)
+		}
+		kp, w := parseCertificate(c, p, now, e)
+		if w != "" {
+			v.warnings = append(v.warnings, w)
+			v.expired++
+		}
+		if kp != nil && jsonx.IsID(c.ID) {
+			if _, ok := v.certs[c.ID]; !ok {
+				v.certs[c.ID] = kp
+			}
+		}
+	}
+	referenced := make([]bool, len(t.Certificates))
+
+	if n := len(t.Routes); n > MaxRoutes {
+		e.Addf("routes", "must hold at most %d routes (it holds %d)", MaxRoutes, n)
+	}
+	for i := range t.Routes {
+		r := &t.Routes[i]
+		p := jsonx.Index("routes", i)
+		okHost := ValidHostname(r.Hostname)
+		if !okHost {
+			e.Addf(p+".hostname", msgHostname)
+		}
+		if i > 0 && r.Hostname <= t.Routes[i-1].Hostname {
+			e.Addf(p+".hostname", "must sort strictly after routes[%d].hostname (byte order, no duplicates)", i-1)
+		}
+		validateTargets(r.Targets, p+".targets", e)
+		if r.TLS == nil {
+			continue
+		}
+		tp := p + ".tls"
+		switch {
+		case r.TLS.ACME && mode != ModeStandalone:
+			e.Addf(tp+".acme", "is only allowed in standalone mode")
+		case r.TLS.ACME && r.TLS.CertificateID != "":
+			e.Addf(tp, "must name either certificateId or acme, not both")
+		case r.TLS.ACME:
+			// The ACME manager obtains the certificate; nothing to check here.
+		case !jsonx.IsID(r.TLS.CertificateID):
+			e.Addf(tp+".certificateId", msgID)
+		default:
+			ci, ok := index[r.TLS.CertificateID]
+			if !ok {
+				e.Addf(tp+".certificateId", "names %q, which is not in certificates", r.TLS.CertificateID)
+				break
+			}
+			referenced[ci] = true
+			kp := v.certs[r.TLS.CertificateID]
+			if kp == nil || !okHost {
+				break // the certificate's own violations are reported at its path
+			}
+			if kp.Leaf.VerifyHostname(r.Hostname) != nil {
+				e.Addf(tp+".certificateId", "names certificates[%d], whose leaf does not cover %q", ci, r.Hostname)
+			}
+		}
+	}
+	for i, ref := range referenced {
+		if !ref {
+			e.Addf(jsonx.Index("certificates", i), "is referenced by no route")
+		}
+	}
+	v.violations = e.List()
+	return v
+}
+
+func validateTargets(ts []Target, path string, e *jsonx.Errors) {
+	if n := len(ts); n < 1 || n > MaxTargetsPerRoute {
+		e.Addf(path, "must hold 1 to %d targets (it holds %d)", MaxTargetsPerRoute, n)
+	}
+	for j := range ts {
+		tg := &ts[j]
+		p := path + "[" + strconv.Itoa(j) + "]"
+		if !jsonx.IsID(tg.LeaseID) {
+			e.Addf(p+".leaseId", msgID)
+		}
+		if !ValidTargetAddress(tg.Address) {
+			e.Addf(p+".address", msgAddress)
+		}
+		if tg.Port < 1 || tg.Port > 65535 {
+			e.Addf(p+".port", "must be an integer from 1 to 65535")
+		}
+		if j > 0 && compareTargets(tg, &ts[j-1]) <= 0 {
+			e.Addf(p, "must sort strictly after %s[%d] (address as a string, then port as a number; no duplicates)", path, j-1)
+		}
+	}
+}
+
+// expiryWarning describes a leaf outside its validity window; empty when it is valid.
+func expiryWarning(path string, id string, notBefore, notAfter, now time.Time) string {
+	switch {
+	case now.After(notAfter):
+		return fmt.Sprintf("%s (id %q): the leaf expired at %s; it is served anyway",
+			path, safeID(id), notAfter.UTC().Format(time.RFC3339))
+	case now.Before(notBefore):
+		return fmt.Sprintf("%s (id %q): the leaf is not valid before %s; it is served anyway",
+			path, safeID(id), notBefore.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// safeID echoes an id only when it is a valid Id, which key material never is.
+func safeID(id string) string {
+	if jsonx.IsID(id) {
+		return id
+	}
+	return "(invalid)"
+}

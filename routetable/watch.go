@@ -1,0 +1,201 @@
+package routetable
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// DefaultDebounce is how long FileSource waits after the last change event before it
+// reads the file, so an editor's several writes become one reload.
+const DefaultDebounce = 150 * time.Millisecond
+
+// LoadFile reads and judges a standalone routes file (contract §7): the schema and every
+// rule, in ModeStandalone. The error lists every violation (an *Error with CodeInvalid),
+// or says why the file could not be read; it never contains key material.
+func LoadFile(path string) (*Table, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("routetable: read routes file: %w", err)
+	}
+	t, err := Decode(data, ModeStandalone)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := Validate(t, ModeStandalone); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// FileSourceOptions configure a FileSource. The zero value is usable.
+type FileSourceOptions struct {
+	// Logger receives read failures and watcher errors; nil means zap.NewNop(). Refusals
+	// are logged by the Store.
+	Logger *zap.Logger
+	// Debounce is the quiet time after a change event before the reload; zero or less
+	// means DefaultDebounce.
+	Debounce time.Duration
+}
+
+// FileSource feeds a Store (created with ModeStandalone) from a --routes file: once at
+// start (Load), then on every change of the file (Run, which watches its directory so that
+// editors and config managers that replace the file by rename are seen) and on Reload
+// (SIGHUP). Each reload is all or nothing: a file that fails to read or validate leaves the
+// serving table in place. A file whose content did not change is not applied again; one
+// whose content changed is applied even if its revision did not (Store.ApplyStandalone).
+// All methods are safe for concurrent use.
+type FileSource struct {
+	path     string
+	store    *Store
+	log      *zap.Logger
+	debounce time.Duration
+	reload   chan struct{}
+	watching chan struct{}
+
+	mu      sync.Mutex // serialises loads; guards the fields below
+	sum     [sha256.Size]byte
+	haveSum bool
+	lastErr string
+}
+
+// NewFileSource returns a source for path; it reads nothing until Load or Run.
+func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSource {
+	f := &FileSource{
+		path:     filepath.Clean(path),
+		store:    store,
+		log:      opts.Logger,
+		debounce: opts.Debounce,
+		reload:   make(chan struct{}, 1),
+		watching: make(chan struct{}),
+	}
+	if f.log == nil {
+		f.log = zap.NewNop()
+	}
+	if f.debounce <= 0 {
+		f.debounce = DefaultDebounce
+	}
+	return f
+}
+
+// WatchFile loads path into store and then watches it until ctx is done. A file refused
+// at start returns its error at once (every violation listed): the ingress must not start
+// without a table. Otherwise it returns nil when ctx is done, or the watcher's error.
+func WatchFile(ctx context.Context, path string, store *Store, logger *zap.Logger) error {
+	f := NewFileSource(path, store, FileSourceOptions{Logger: logger})
+	if err := f.Load(); err != nil {
+		return err
+	}
+	return f.Run(ctx)
+}
+
+// Load reads the file and applies it if its content changed since the last load. It
+// returns nil for an unchanged file, or the reason the file was not applied (a read
+// error, or an *Error listing every violation).
+func (f *FileSource) Load() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return fmt.Errorf("routetable: read routes file: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	if f.haveSum && sum == f.sum {
+		return nil
+	}
+	// Remember the content before judging it: a refused file is reported once, not on
+	// every event, until its content changes again.
+	f.sum, f.haveSum = sum, true
+	t, err := Decode(data, f.store.Mode())
+	if err != nil {
+		f.store.refuse(err.(*Error))
+		return err
+	}
+	return f.store.ApplyStandalone(t, true)
+}
+
+// Reload asks Run to read the file now. It never blocks; requests made while one is
+// pending coalesce.
+func (f *FileSource) Reload() {
+	select {
+	case f.reload <- struct{}{}:
+	default:
+	}
+}
+
+// Watching is closed once Run watches the directory: changes made after that are seen.
+func (f *FileSource) Watching() <-chan struct{} { return f.watching }
+
+// Run watches the file's directory and reloads on changes (debounced) and on Reload,
+// until ctx is done; then it returns nil. It returns an error only when the watch cannot
+// be set up. Call it once.
+func (f *FileSource) Run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("routetable: watch routes file: %w", err)
+	}
+	defer w.Close()
+	dir, base := filepath.Split(f.path)
+	if dir == "" {
+		dir = "."
+	}
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("routetable: watch routes file: %w", err)
+	}
+	close(f.watching)
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			// The file itself, or a Kubernetes-style "..data" symlink swap beside it.
+			name := filepath.Base(ev.Name)
+			if name == base || strings.HasPrefix(name, "..") {
+				timer.Reset(f.debounce)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			f.log.Warn("routes file watcher error", zap.Error(err))
+		case <-timer.C:
+			f.loadLogged()
+		case <-f.reload:
+			f.loadLogged()
+		}
+	}
+}
+
+// loadLogged loads and logs a read failure once per distinct failure. Refusals are logged
+// by the store.
+func (f *FileSource) loadLogged() {
+	err := f.Load()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		f.lastErr = ""
+		return
+	}
+	if _, isTable := err.(*Error); isTable {
+		return
+	}
+	if msg := err.Error(); msg != f.lastErr {
+		f.lastErr = msg
+		f.log.Warn("routes file not reloaded", zap.String("path", f.path), zap.Error(err))
+	}
+}
