@@ -131,7 +131,11 @@ func (s *Session) Run(ctx context.Context) error {
 			continue
 		}
 		s.log.Info("relay connected", zap.String("origin", s.cfg.Env.RelayOrigin))
-		s.serveConnection(ctx, peer)
+		if s.serveConnection(ctx, peer) && ctx.Err() == nil {
+			// A relay that accepts and then drops at once must not be hammered: the
+			// backoff was reset by the acceptance, so this wait is short (under 1 s).
+			s.backoffOther(ctx, "connection lost")
+		}
 	}
 	s.setState(StateStopped)
 	return ctx.Err()
@@ -139,8 +143,8 @@ func (s *Session) Run(ctx context.Context) error {
 
 // serveConnection runs one connection: its reader, the registration attempts and, once
 // accepted, the puller. It returns when the connection is lost or ctx ends, after every
-// goroutine it started has returned.
-func (s *Session) serveConnection(ctx context.Context, peer *relay.Peer) {
+// goroutine it started has returned. It reports whether the registration was accepted.
+func (s *Session) serveConnection(ctx context.Context, peer *relay.Peer) bool {
 	cctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -161,7 +165,7 @@ func (s *Session) serveConnection(ctx context.Context, peer *relay.Peer) {
 
 	acc, ok := s.registerLoop(cctx, peer)
 	if !ok {
-		return
+		return false
 	}
 	s.setState(StateRegistered)
 	s.log.Info("registered with the relay", zap.Int64("relayRevision", acc.revision), zap.Int64("protocolVersion", acc.useVersion))
@@ -169,6 +173,7 @@ func (s *Session) serveConnection(ctx context.Context, peer *relay.Peer) {
 		s.noteRevision(acc.revision)
 	}
 	s.pullLoop(cctx, peer)
+	return true
 }
 
 // registerLoop registers on peer until accepted (true) or the connection or ctx ends.
