@@ -72,7 +72,7 @@ func (s *Session) pullLoop(ctx context.Context, peer *relay.Peer) {
 		case <-s.pullReq:
 			// Hints that arrived during the last pull may name what it already applied.
 			if s.wants(s.highestHint()) {
-				s.pull(ctx, peer, "hint")
+				s.pull(ctx, peer, "newer revision")
 			}
 		case <-tick:
 			s.pull(ctx, peer, "periodic")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -200,6 +203,10 @@ func demoTable(backends []string) (json.RawMessage, error) {
 		n, _ := strconv.Atoi(p)
 		targets = append(targets, routetable.Target{LeaseID: "lease-demo-" + strconv.Itoa(i+1), Address: host, Port: n})
 	}
+	// The contract orders targets by address (as a string), then port.
+	slices.SortFunc(targets, func(a, b routetable.Target) int {
+		return cmp.Or(strings.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port))
+	})
 	tlsOn := func(redirect bool) *routetable.RouteTLS {
 		return &routetable.RouteTLS{CertificateID: "cert-demo", RedirectHTTP: redirect}
 	}

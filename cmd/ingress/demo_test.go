@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/serve-zone/ingress/routetable"
 )
 
 // TestDemoServesItsRoutes runs the demo's wiring on free ports and sends requests through
@@ -100,5 +102,23 @@ func TestDemoServesItsRoutes(t *testing.T) {
 	}
 	if got[demoApp] != 2 || got[demoSecure] != 1 {
 		t.Fatalf("statistics = %v, want 2 requests for %s and 1 for %s", got, demoApp, demoSecure)
+	}
+}
+
+// TestDemoTableIsValidWhateverThePorts: the backends' ports are random, and the table must
+// order targets by port when their addresses are equal.
+func TestDemoTableIsValidWhateverThePorts(t *testing.T) {
+	for _, addrs := range [][]string{{"127.0.0.1:40000", "127.0.0.1:30000"}, {"127.0.0.1:30000", "127.0.0.1:40000"}} {
+		raw, err := demoTable(addrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl, err := routetable.Decode(raw, routetable.ModeRelay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := routetable.Validate(tbl, routetable.ModeRelay); err != nil {
+			t.Fatalf("demo table with backends %v refused: %v", addrs, err)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 func newLogger(format string, level zapcore.Level, out io.Writer) *zap.Logger {
 	cfg := zap.NewProductionEncoderConfig()
 	cfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	cfg.EncodeDuration = zapcore.StringDurationEncoder
 	var enc zapcore.Encoder
 	if format == "console" {
 		cfg.EncodeLevel = zapcore.CapitalLevelEncoder
