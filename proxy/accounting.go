@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"net/http"
+)
+
+// Byte accounting (contract §5).
+//
+// HTTP/1.1 on our listeners: the clientConn counts every byte read and written (plaintext
+// for TLS). Each request is attributed the read bytes since the previous request's end
+// (its start line, header block and any body bytes read ahead) plus those read while it
+// ran, and the bytes written while it ran; bytes written after its handler returned (a
+// chunked terminator, trailers) go to the same hostname at the next request or at close;
+// bytes left when the connection closes go to its last hostname. So on one connection the
+// sum over its requests equals the bytes on the wire.
+//
+// HTTP/2 (and a request served through Handler without our connection): the decoded
+// header field names and values, pseudo-headers included, plus body bytes.
+
+// requestFieldBytes returns the decoded size of r's header fields as HTTP/2 carries them:
+// :method, :scheme, :authority, :path and every regular field. It allocates nothing.
+func requestFieldBytes(r *http.Request, secure bool) int64 {
+	scheme := "http"
+	if secure {
+		scheme = "https"
+	}
+	n := len(":method") + len(r.Method) +
+		len(":scheme") + len(scheme) +
+		len(":authority") + len(r.Host) +
+		len(":path") + len(r.RequestURI)
+	return int64(n) + fieldBytes(r.Header) + fieldBytes(r.Trailer)
+}
+
+// responseFieldBytes returns the decoded size of a response header: :status plus fields.
+func responseFieldBytes(h http.Header) int64 {
+	return int64(len(":status")+3) + fieldBytes(h)
+}
+
+func fieldBytes(h http.Header) int64 {
+	var n int
+	for k, vv := range h {
+		for _, v := range vv {
+			n += len(k) + len(v)
+		}
+	}
+	return int64(n)
+}

@@ -1,0 +1,187 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/serve-zone/ingress/stats"
+)
+
+// plainListener wraps accepted connections in a *clientConn.
+type plainListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *plainListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &clientConn{Conn: c, s: l.s}, nil
+}
+
+// tlsListener terminates TLS itself (lazily, on the connection's own goroutine at its first
+// Read) and hands net/http a *clientConn around the *tls.Conn, so that the byte counters
+// see plaintext: contract §5 counts HTTP bytes, not TLS records.
+type tlsListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Server(c, l.s.tlsConfig)
+	return &clientConn{Conn: tc, tc: tc, s: l.s}, nil
+}
+
+// clientConn is one client connection with its byte counters and the per-connection state
+// the handler needs. The counters are atomics because net/http reads from a background
+// goroutine while a handler runs. The acct* fields and lastHost belong to the HTTP/1.1
+// serving goroutine (requests on one HTTP/1.1 connection never overlap); HTTP/2
+// connections never touch them.
+type clientConn struct {
+	net.Conn
+	s  *Server
+	tc *tls.Conn // nil for plain connections
+
+	readN, writeN atomic.Int64
+	handshook     atomic.Bool
+	hsErr         error         // set before handshook, read after
+	proto         atomic.Uint32 // stats.Proto the connection is counted under in Totals.Conn
+	counted       atomic.Bool   // the connection was attributed to a hostname
+	hijacked      atomic.Bool
+
+	acctRead, acctWrite int64       // positions already attributed to a request
+	lastHost            *stats.Host // hostname of the last request; nil for unknown hosts
+}
+
+type connKey struct{}
+
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if cc, ok := c.(*clientConn); ok {
+		return context.WithValue(ctx, connKey{}, cc)
+	}
+	return ctx
+}
+
+// connOf returns the request's client connection, or nil when it came from elsewhere
+// (Handler used directly, or a future HTTP/3 server).
+func connOf(r *http.Request) *clientConn {
+	cc, _ := r.Context().Value(connKey{}).(*clientConn)
+	return cc
+}
+
+func (c *clientConn) Read(p []byte) (int, error) {
+	if c.tc != nil && !c.handshook.Load() {
+		if err := c.handshake(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.readN.Add(int64(n))
+	}
+	return n, err
+}
+
+func (c *clientConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.writeN.Add(int64(n))
+	}
+	return n, err
+}
+
+// CloseWrite half-closes the connection (used by net/http after some errors and by
+// WebSocket tunnels).
+func (c *clientConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// handshake runs the TLS handshake under the deadline net/http set for reading the first
+// request header. It counts a failure once and, on success, attributes the connection to
+// its SNI route and records the ALPN protocol.
+func (c *clientConn) handshake() error {
+	if c.hsErr != nil {
+		return c.hsErr
+	}
+	if err := c.tc.Handshake(); err != nil {
+		c.s.totals.TLSHandshakeFailure()
+		// A *net.OpError with Op "read" makes net/http close quietly instead of trying to
+		// write a 400 response through a broken TLS connection.
+		c.hsErr = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+		return c.hsErr
+	}
+	st := c.tc.ConnectionState()
+	if st.NegotiatedProtocol == "h2" {
+		c.setProto(stats.ProtoHTTP2)
+	}
+	if t := c.s.tables.Load(); t != nil {
+		if e := t.Lookup(st.ServerName); e != nil && c.counted.CompareAndSwap(false, true) {
+			e.Stats.Connection()
+		}
+	}
+	c.handshook.Store(true)
+	return nil
+}
+
+// setProto moves the connection to protocol p in Totals.Conn.
+func (c *clientConn) setProto(p stats.Proto) {
+	if old := stats.Proto(c.proto.Swap(uint32(p))); old != p {
+		c.s.totals.Conn(old, -1)
+		c.s.totals.Conn(p, 1)
+	}
+}
+
+func (c *clientConn) isTLS() bool { return c.tc != nil }
+
+// connState keeps Totals.Conn and flushes the bytes of a closing HTTP/1.1 connection that
+// no request has claimed yet (the tail of the last response) to its last hostname.
+func (s *Server) connState(nc net.Conn, st http.ConnState) {
+	c, ok := nc.(*clientConn)
+	if !ok {
+		return
+	}
+	switch st {
+	case http.StateNew:
+		s.totals.Conn(stats.Proto(c.proto.Load()), 1)
+	case http.StateClosed:
+		p := stats.Proto(c.proto.Load())
+		s.totals.Conn(p, -1)
+		if p == stats.ProtoHTTP1 && !c.hijacked.Load() {
+			c.flushTail(s, true)
+		}
+	}
+}
+
+// flushTail attributes bytes not yet claimed by a request to the last hostname (and to
+// the totals when they can take bytes alone). withReads also flushes read bytes: only at
+// close, because bytes read between requests belong to the next request.
+func (c *clientConn) flushTail(s *Server, withReads bool) {
+	wr := c.writeN.Load()
+	out := wr - c.acctWrite
+	c.acctWrite = wr
+	var in int64
+	if withReads {
+		rd := c.readN.Load()
+		in = rd - c.acctRead
+		c.acctRead = rd
+	}
+	if in <= 0 && out <= 0 {
+		return
+	}
+	c.lastHost.Bytes(in, out)
+	if s.totalsBytes != nil {
+		s.totalsBytes(stats.ProtoHTTP1, in, out)
+	}
+}

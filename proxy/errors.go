@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/serve-zone/ingress/stats"
+)
+
+// This file is the one place that maps outcomes to client-visible statuses and backend
+// failure kinds. Response bodies are fixed texts: they never name a target address.
+
+// outcome classifies how a proxied request ended when no response from the target can be
+// relayed.
+type outcome uint8
+
+const (
+	outcomeOK               outcome = iota
+	outcomeConnect                  // dial failed or timed out: 502, counted "connect"
+	outcomeTimeout                  // no response header in time: 504, counted "request"
+	outcomeRequest                  // reset or malformed response: 502, counted "request"
+	outcomeHandshake                // WebSocket upgrade broken or refused without response: 502, "handshake"
+	outcomeClientGone               // the client went away: nothing to answer, not a backend failure
+	outcomeClientBody               // reading the client's request body failed: 400, not a backend failure
+	outcomeNoTable                  // no route table applied yet: 503 with Retry-After
+	outcomeUnknownHost              // Host matches no route: 404
+	outcomeMethodNotAllowed         // CONNECT: this is not a forward proxy
+	outcomeUnavailable              // shutting down (no new tunnels): 503
+)
+
+// status returns the HTTP status answered for o (0 for outcomes that answer nothing).
+func (o outcome) status() int {
+	switch o {
+	case outcomeConnect, outcomeRequest, outcomeHandshake:
+		return http.StatusBadGateway
+	case outcomeTimeout:
+		return http.StatusGatewayTimeout
+	case outcomeClientBody:
+		return http.StatusBadRequest
+	case outcomeNoTable, outcomeUnavailable:
+		return http.StatusServiceUnavailable
+	case outcomeUnknownHost:
+		return http.StatusNotFound
+	case outcomeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	}
+	return 0
+}
+
+// failure returns the backend failure kind o counts as, if any.
+func (o outcome) failure() (stats.FailureKind, bool) {
+	switch o {
+	case outcomeConnect:
+		return stats.FailureConnect, true
+	case outcomeTimeout, outcomeRequest:
+		return stats.FailureRequest, true
+	case outcomeHandshake:
+		return stats.FailureHandshake, true
+	}
+	return 0, false
+}
+
+// dialError marks an error of the shared transport's DialContext: the request was not
+// sent, so it may go to another target whatever its method.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "dial target: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// classify maps a RoundTrip error. Client-side causes come first: a request whose client
+// went away or whose body could not be read is never a backend failure.
+func classify(err error, r *http.Request, body *trackedBody) outcome {
+	if r.Context().Err() != nil || errors.Is(err, context.Canceled) {
+		return outcomeClientGone
+	}
+	if body != nil && body.failed.Load() {
+		return outcomeClientBody
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		return outcomeConnect
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return outcomeTimeout
+	}
+	return outcomeRequest
+}
+
+// countFailure records o's backend failure once on the route and once in the totals.
+func (s *Server) countFailure(o outcome, h *stats.Host) {
+	if k, ok := o.failure(); ok {
+		h.BackendFailure(k)
+		s.totals.BackendFailure(k)
+	}
+}
+
+type errorBody struct {
+	text []byte
+	clen []string
+}
+
+var errorBodies = func() map[int]errorBody {
+	m := make(map[int]errorBody)
+	for _, code := range []int{400, 404, 405, 502, 503, 504} {
+		t := strconv.Itoa(code) + " " + http.StatusText(code) + "\n"
+		m[code] = errorBody{text: []byte(t), clen: []string{strconv.Itoa(len(t))}}
+	}
+	return m
+}()
+
+var (
+	valTextPlain  = []string{"text/plain; charset=utf-8"}
+	valNoSniff    = []string{"nosniff"}
+	valRetryAfter = []string{"5"}
+	valAllow      = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"}
+)
+
+// writeOutcome answers o's status with its fixed body; it returns the body length.
+func writeOutcome(w http.ResponseWriter, o outcome) int {
+	code := o.status()
+	eb := errorBodies[code]
+	h := w.Header()
+	h["Content-Type"] = valTextPlain
+	h["X-Content-Type-Options"] = valNoSniff
+	h["Content-Length"] = eb.clen
+	switch o {
+	case outcomeNoTable, outcomeUnavailable:
+		h["Retry-After"] = valRetryAfter
+	case outcomeMethodNotAllowed:
+		h["Allow"] = valAllow
+	}
+	w.WriteHeader(code)
+	n, _ := w.Write(eb.text)
+	return n
+}

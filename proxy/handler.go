@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// handler is the routing handler. The hot path starts at ServeHTTP.
+type handler struct{ s *Server }
+
+// reqState is one request's bookkeeping; it lives on the handler's stack.
+type reqState struct {
+	cc       *clientConn
+	proto    stats.Proto
+	h1       bool // HTTP/1.1 on one of our connections: bytes come from the conn counters
+	secure   bool
+	entry    *routetable.Entry
+	status   int
+	in, out  int64 // HTTP/2 rule: decoded header fields plus body bytes
+	lease    string
+	upgraded bool // a WebSocket tunnel did its own request accounting
+	abort    bool // the response is broken: abort it after the accounting
+	start    time.Time
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := h.s
+	rs := reqState{cc: connOf(r), proto: protoOf(r)}
+	if s.accessLog != nil {
+		rs.start = time.Now()
+	}
+	if rs.cc != nil {
+		rs.secure = rs.cc.isTLS()
+		if rs.proto == stats.ProtoHTTP2 && stats.Proto(rs.cc.proto.Load()) != stats.ProtoHTTP2 {
+			rs.cc.setProto(stats.ProtoHTTP2) // prior-knowledge h2c, learnt at its first request
+		}
+	} else {
+		rs.secure = r.TLS != nil
+	}
+	rs.h1 = rs.proto == stats.ProtoHTTP1 && rs.cc != nil
+	if rs.h1 {
+		// Response bytes net/http wrote after the previous handler returned (a chunked
+		// terminator, trailers) belong to the previous request's hostname.
+		rs.cc.flushTail(s, false)
+	} else {
+		rs.in = requestFieldBytes(r, rs.secure)
+	}
+	s.totals.InFlight(1)
+	s.route(w, r, &rs)
+	s.finish(w, r, &rs)
+	s.totals.InFlight(-1)
+	if rs.abort {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func protoOf(r *http.Request) stats.Proto {
+	switch r.ProtoMajor {
+	case 2:
+		return stats.ProtoHTTP2
+	case 3:
+		return stats.ProtoHTTP3
+	}
+	return stats.ProtoHTTP1
+}
+
+// route answers r: 503 without a table, 404 for an unknown host, 308 to https for a TLS
+// route that asks for it, 405 for CONNECT, else a tunnel or a forward.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
+	t := s.tables.Load()
+	if t == nil {
+		s.answer(w, rs, outcomeNoTable)
+		return
+	}
+	e := t.Lookup(r.Host)
+	if e == nil {
+		s.totals.UnknownHost()
+		s.answer(w, rs, outcomeUnknownHost)
+		return
+	}
+	rs.entry = e
+	if cc := rs.cc; cc != nil && !cc.counted.Load() && cc.counted.CompareAndSwap(false, true) {
+		e.Stats.Connection()
+	}
+	if !rs.secure && e.TLS != nil && e.TLS.RedirectHTTP {
+		s.redirect(w, r, rs)
+		return
+	}
+	if r.Method == http.MethodConnect {
+		s.answer(w, rs, outcomeMethodNotAllowed)
+		return
+	}
+	if isWebSocketUpgrade(r) {
+		s.serveWebSocket(w, r, rs)
+		return
+	}
+	s.forward(w, r, rs)
+}
+
+// answer writes o's fixed response and records it.
+func (s *Server) answer(w http.ResponseWriter, rs *reqState, o outcome) {
+	n := writeOutcome(w, o)
+	rs.status = o.status()
+	if !rs.h1 {
+		rs.out += responseFieldBytes(w.Header()) + int64(n)
+	}
+}
+
+// redirect answers 308 to the same host (without its port) on the HTTPS listener, with
+// the same path and query.
+func (s *Server) redirect(w http.ResponseWriter, r *http.Request, rs *reqState) {
+	host := r.Host
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		host = host[:i]
+	}
+	h := w.Header()
+	h["Location"] = []string{"https://" + host + s.httpsPort + r.URL.RequestURI()}
+	h["Content-Length"] = valZero
+	w.WriteHeader(http.StatusPermanentRedirect)
+	rs.status = http.StatusPermanentRedirect
+	if !rs.h1 {
+		rs.out += responseFieldBytes(h)
+	}
+}
+
+var valZero = []string{"0"}
+
+// finish does the request's accounting, once: the route's counters (when the host matched
+// a route) and the totals (always), then the access log line.
+func (s *Server) finish(w http.ResponseWriter, r *http.Request, rs *reqState) {
+	if !rs.upgraded {
+		var in, out int64
+		if rs.h1 {
+			cc := rs.cc
+			// Read position before the final flush: once the client has the whole
+			// response it may send its next request, whose bytes are not ours.
+			rd := cc.readN.Load()
+			if rs.status != 0 {
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+			}
+			wr := cc.writeN.Load()
+			in, out = rd-cc.acctRead, wr-cc.acctWrite
+			cc.acctRead, cc.acctWrite = rd, wr
+			cc.lastHost = nil
+			if rs.entry != nil {
+				cc.lastHost = rs.entry.Stats
+			}
+		} else {
+			in, out = rs.in, rs.out
+		}
+		if rs.entry != nil {
+			rs.entry.Stats.Request(in, out)
+		}
+		s.totals.Request(rs.proto, statusForTotals(rs.status), in, out)
+		rs.in, rs.out = in, out
+	}
+	if s.accessLog != nil {
+		s.logAccess(r, rs)
+	}
+}
+
+// statusClientClosed is recorded for requests whose client went away before an answer
+// (nginx's 499): it only appears in the totals and the access log.
+const statusClientClosed = 499
+
+func statusForTotals(st int) int {
+	if st == 0 {
+		return statusClientClosed
+	}
+	return st
+}
+
+func (s *Server) logAccess(r *http.Request, rs *reqState) {
+	host := r.Host // unknown hosts are logged as asked (zap escapes the value)
+	if rs.entry != nil {
+		host = rs.entry.Hostname
+	}
+	s.accessLog.Info("request",
+		zap.String("host", host),
+		zap.String("method", r.Method),
+		zap.String("path", r.URL.Path),
+		zap.Int("status", statusForTotals(rs.status)),
+		zap.Int64("bytesIn", rs.in),
+		zap.Int64("bytesOut", rs.out),
+		zap.Duration("duration", time.Since(rs.start)),
+		zap.String("lease", rs.lease),
+		zap.String("proto", rs.proto.String()),
+	)
+}

@@ -1,0 +1,213 @@
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Shared, never-modified header values (assigning them avoids a slice per request).
+var (
+	valTrailers   = []string{"trailers"}
+	valUpgrade    = []string{"Upgrade"}
+	valWebSocket  = []string{"websocket"}
+	valEmpty      = []string{""}
+	valProtoHTTP  = []string{"http"}
+	valProtoHTTPS = []string{"https"}
+)
+
+// hopHeaders are removed in both directions (RFC 9110 7.6.1 plus the usual proxy ones).
+// Upgrade and Connection are restored for a WebSocket upgrade.
+var hopHeaders = [...]string{
+	"Connection",
+	"Keep-Alive",
+	"Proxy-Connection",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer", // net/http writes the Trailer header itself from Request/Response.Trailer
+	"Transfer-Encoding",
+	"Upgrade",
+	"Http2-Settings",
+}
+
+// removeHopByHop deletes the hop-by-hop headers of h, including those its Connection
+// header names. It reports whether a TE header asked for trailers.
+func removeHopByHop(h http.Header) (teTrailers bool) {
+	for _, v := range h["Connection"] {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			tok = strings.TrimSpace(tok)
+			if tok == "" || strings.EqualFold(tok, "close") || strings.EqualFold(tok, "keep-alive") {
+				continue
+			}
+			h.Del(tok)
+		}
+	}
+	for _, v := range h["Te"] {
+		if hasToken(v, "trailers") {
+			teTrailers = true
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+	return teTrailers
+}
+
+// hasToken reports whether the comma-separated list v contains tok (ASCII case-insensitive).
+func hasToken(v, tok string) bool {
+	for v != "" {
+		var t string
+		t, v, _ = strings.Cut(v, ",")
+		if i := strings.IndexByte(t, ';'); i >= 0 {
+			t = t[:i]
+		}
+		if strings.EqualFold(strings.TrimSpace(t), tok) {
+			return true
+		}
+	}
+	return false
+}
+
+func headerHasToken(h http.Header, key, tok string) bool {
+	for _, v := range h[key] {
+		if hasToken(v, tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// isWebSocketUpgrade reports an HTTP/1.1 WebSocket upgrade request (RFC 6455 4.1).
+func isWebSocketUpgrade(r *http.Request) bool {
+	return r.ProtoMajor == 1 && r.Method == http.MethodGet &&
+		headerHasToken(r.Header, "Connection", "upgrade") &&
+		headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+// forwardedFor is what the forwarding headers state about one request.
+type forwardedFor struct {
+	clientIP string // without brackets or port
+	host     string // the request's Host as received
+	https    bool
+	trusted  bool // the client is a trusted proxy: extend its headers instead of replacing
+}
+
+// clientIP returns the address part of a RemoteAddr ("1.2.3.4:5" or "[::1]:5") without
+// allocating.
+func clientIP(remoteAddr string) string {
+	host := remoteAddr
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.IndexByte(host[i+1:], ']') < 0 {
+		host = host[:i]
+	}
+	host = strings.TrimPrefix(host, "[")
+	return strings.TrimSuffix(host, "]")
+}
+
+func (s *Server) isTrusted(ip string) bool {
+	if len(s.trusted) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range s.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// setForwarded writes X-Forwarded-For/-Proto/-Host and Forwarded (RFC 7239) into h.
+// From an untrusted client every such header it sent is replaced (and X-Real-Ip dropped);
+// from a trusted proxy the lists are extended and its Proto/Host kept. o holds the
+// one-element backing arrays so that the common case allocates only the Forwarded value.
+func setForwarded(h http.Header, f forwardedFor, o *outbound) {
+	elem := forwardedElement(f)
+	proto := valProtoHTTP
+	if f.https {
+		proto = valProtoHTTPS
+	}
+	if f.trusted {
+		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
+			h["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + f.clientIP}
+		} else {
+			o.xff[0] = f.clientIP
+			h["X-Forwarded-For"] = o.xff[:]
+		}
+		if prior := h["Forwarded"]; len(prior) > 0 {
+			h["Forwarded"] = []string{strings.Join(prior, ", ") + ", " + elem}
+		} else {
+			o.fwd[0] = elem
+			h["Forwarded"] = o.fwd[:]
+		}
+		if len(h["X-Forwarded-Proto"]) == 0 {
+			h["X-Forwarded-Proto"] = proto
+		}
+		if len(h["X-Forwarded-Host"]) == 0 {
+			o.xfh[0] = f.host
+			h["X-Forwarded-Host"] = o.xfh[:]
+		}
+		return
+	}
+	delete(h, "X-Real-Ip")
+	o.xff[0] = f.clientIP
+	h["X-Forwarded-For"] = o.xff[:]
+	o.fwd[0] = elem
+	h["Forwarded"] = o.fwd[:]
+	h["X-Forwarded-Proto"] = proto
+	o.xfh[0] = f.host
+	h["X-Forwarded-Host"] = o.xfh[:]
+}
+
+// forwardedElement builds `for=…;host=…;proto=…`, quoting IPv6 and non-token hosts.
+func forwardedElement(f forwardedFor) string {
+	forv := f.clientIP
+	if strings.IndexByte(forv, ':') >= 0 {
+		forv = `"[` + forv + `]"`
+	}
+	host := f.host
+	if !isToken(host) {
+		host = quote(host)
+	}
+	proto := "http"
+	if f.https {
+		proto = "https"
+	}
+	return "for=" + forv + ";host=" + host + ";proto=" + proto
+}
+
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func quote(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}

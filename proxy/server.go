@@ -1,0 +1,379 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// Sentinel errors of the package. Errors returned by New wrap ErrInvalidConfig.
+var (
+	ErrInvalidConfig = errors.New("proxy: invalid configuration")
+	ErrNotListening  = errors.New("proxy: Listen has not bound the listeners")
+	ErrClosed        = errors.New("proxy: server is shut down")
+	// ErrNoCertificate fails a TLS handshake whose SNI names no route with a certificate.
+	ErrNoCertificate = errors.New("proxy: no certificate for the requested server name")
+)
+
+// TableSource yields the current compiled route table; nil means none was applied yet.
+// *routetable.Store satisfies it. Load is called once per request and must be cheap and
+// safe for concurrent use.
+type TableSource interface {
+	Load() *routetable.Compiled
+}
+
+// Config configures a Server. Zero durations and sizes mean the documented defaults;
+// negative durations are treated as zero (the default).
+type Config struct {
+	// HTTPAddr and HTTPSAddr are the listen addresses; "" disables that listener. At least
+	// one must be set.
+	HTTPAddr, HTTPSAddr string
+	// Tables is required.
+	Tables TableSource
+	// Totals receives process-wide counters; nil means a private one.
+	Totals *stats.Totals
+	// Logger receives operational messages; nil means zap.NewNop().
+	Logger *zap.Logger
+	// TrustedProxies are client addresses whose X-Forwarded-* and Forwarded headers are
+	// extended instead of replaced. Nil trusts nobody.
+	TrustedProxies []netip.Prefix
+	// DialTimeout bounds a dial to a target (0 -> 5s).
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a target's response header (0 -> 60s).
+	ResponseHeaderTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a client's request header, TLS handshake included
+	// (0 -> 10s).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes idle client keep-alive connections (0 -> 120s).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes limits a client's request header (0 -> 64 KiB).
+	MaxHeaderBytes int
+	// AccessLog, when set, receives one Info line per request: host, method, path (never
+	// the query), status, bytes in/out, duration and the target lease.
+	AccessLog *zap.Logger
+	// GetCertificate, when set, is asked for SNI names the table has no certificate for
+	// (ACME). It must be safe for concurrent use.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+}
+
+const (
+	defaultDialTimeout           = 5 * time.Second
+	defaultResponseHeaderTimeout = 60 * time.Second
+	defaultReadHeaderTimeout     = 10 * time.Second
+	defaultIdleTimeout           = 120 * time.Second
+	defaultMaxHeaderBytes        = 64 << 10
+)
+
+// Server is the data plane. Create it with New, bind with Listen, run with Serve and stop
+// with Shutdown. All methods are safe for concurrent use.
+type Server struct {
+	cfg       Config
+	log       *zap.Logger
+	totals    *stats.Totals
+	tables    TableSource
+	accessLog *zap.Logger
+	trusted   []netip.Prefix
+
+	transport *http.Transport
+	// rt is what forward sends through: the shared transport (tests may stand in for it).
+	rt        http.RoundTripper
+	dialer    *net.Dialer
+	tlsConfig *tls.Config
+	handler   *handler
+	// totalsBytes adds bytes not tied to a request (response tails, tunnel frames) to the
+	// totals when stats.Totals offers such a method; nil otherwise.
+	totalsBytes func(p stats.Proto, in, out int64)
+
+	httpSrv, httpsSrv *http.Server
+
+	mu              sync.Mutex
+	httpLn, httpsLn net.Listener
+	httpsPort       string // ":port" to append in redirects, "" for 443
+	serving         bool
+	shut            bool
+
+	ready    atomic.Bool
+	draining atomic.Bool
+	tunnels  tunnelSet
+
+	shutOnce sync.Once
+	shutDone chan struct{} // closed when the first Shutdown returns
+}
+
+// New checks cfg, applies defaults and builds a Server; it binds nothing.
+func New(cfg Config) (*Server, error) {
+	var errs []error
+	if cfg.Tables == nil {
+		errs = append(errs, errors.New("Tables is required"))
+	}
+	if cfg.HTTPAddr == "" && cfg.HTTPSAddr == "" {
+		errs = append(errs, errors.New("at least one of HTTPAddr and HTTPSAddr must be set"))
+	}
+	if cfg.MaxHeaderBytes < 0 {
+		errs = append(errs, errors.New("MaxHeaderBytes must not be negative"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.DialTimeout, defaultDialTimeout)
+	def(&cfg.ResponseHeaderTimeout, defaultResponseHeaderTimeout)
+	def(&cfg.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	def(&cfg.IdleTimeout, defaultIdleTimeout)
+	if cfg.MaxHeaderBytes == 0 {
+		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		totals:    cfg.Totals,
+		tables:    cfg.Tables,
+		accessLog: cfg.AccessLog,
+		trusted:   cfg.TrustedProxies,
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if s.totals == nil {
+		s.totals = new(stats.Totals)
+	}
+	if tb, ok := any(s.totals).(interface {
+		Bytes(p stats.Proto, in, out int64)
+	}); ok {
+		s.totalsBytes = tb.Bytes
+	}
+	s.tunnels.m = make(map[*tunnel]struct{})
+	s.shutDone = make(chan struct{})
+	s.dialer, s.transport = newTransport(cfg)
+	s.rt = s.transport
+	s.tlsConfig = s.newTLSConfig()
+	s.handler = &handler{s: s}
+	if cfg.HTTPAddr != "" {
+		s.httpSrv = s.newHTTPServer()
+	}
+	if cfg.HTTPSAddr != "" {
+		s.httpsSrv = s.newHTTPServer()
+	}
+	return s, nil
+}
+
+func (s *Server) newHTTPServer() *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	// Both listeners hand net/http connections that are not *tls.Conn (the TLS listener
+	// terminates TLS itself so that it can count plaintext bytes), so HTTP/2 is served
+	// through the prior-knowledge path on both: over TLS the client negotiated "h2" by
+	// ALPN and then sends the same preface.
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ConnState:         s.connState,
+		ConnContext:       connContext,
+		ErrorLog:          zap.NewStdLog(s.log.Named("http").WithOptions(zap.IncreaseLevel(zapcore.DebugLevel))),
+		Protocols:         &p,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          250,
+			MaxReceiveBufferPerConnection: 4<<20 - 1,
+			MaxReceiveBufferPerStream:     1 << 20,
+			SendPingTimeout:               30 * time.Second,
+			PingTimeout:                   15 * time.Second,
+		},
+	}
+}
+
+// Listen binds the configured listeners, so that bind errors surface before Serve.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shut {
+		return ErrClosed
+	}
+	if s.httpLn != nil || s.httpsLn != nil {
+		return nil
+	}
+	var httpLn, httpsLn net.Listener
+	var err error
+	if s.cfg.HTTPAddr != "" {
+		if httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+			return err
+		}
+	}
+	if s.cfg.HTTPSAddr != "" {
+		if httpsLn, err = net.Listen("tcp", s.cfg.HTTPSAddr); err != nil {
+			if httpLn != nil {
+				httpLn.Close()
+			}
+			return err
+		}
+		if ap, perr := netip.ParseAddrPort(httpsLn.Addr().String()); perr == nil && ap.Port() != 443 {
+			s.httpsPort = ":" + strconv.Itoa(int(ap.Port()))
+		}
+	}
+	if httpLn != nil {
+		s.httpLn = &plainListener{Listener: httpLn, s: s}
+	}
+	if httpsLn != nil {
+		s.httpsLn = &tlsListener{Listener: httpsLn, s: s}
+	}
+	return nil
+}
+
+// Addrs returns the bound addresses (nil for a disabled or not yet bound listener).
+func (s *Server) Addrs() (httpAddr, httpsAddr net.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.httpLn != nil {
+		httpAddr = s.httpLn.Addr()
+	}
+	if s.httpsLn != nil {
+		httpsAddr = s.httpsLn.Addr()
+	}
+	return httpAddr, httpsAddr
+}
+
+// Ready reports whether the listeners are serving and no shutdown has begun.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// Handler returns the routing handler itself (tests and benchmarks). Requests served
+// through it outside the Server's listeners carry no connection state: byte accounting
+// then uses the HTTP/2 rule (decoded header fields plus bodies) for every protocol.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves on the bound listeners until Shutdown (then it returns nil once Shutdown
+// has finished) or until a listener fails (then it closes everything and returns that
+// error). Cancelling ctx closes everything at once, without draining. Every goroutine it
+// starts has ended when it returns.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.shut {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.httpLn == nil && s.httpsLn == nil {
+		s.mu.Unlock()
+		return ErrNotListening
+	}
+	if s.serving {
+		s.mu.Unlock()
+		return errors.New("proxy: Serve called twice")
+	}
+	s.serving = true
+	type pair struct {
+		srv *http.Server
+		ln  net.Listener
+	}
+	var pairs []pair
+	if s.httpLn != nil {
+		pairs = append(pairs, pair{s.httpSrv, s.httpLn})
+	}
+	if s.httpsLn != nil {
+		pairs = append(pairs, pair{s.httpsSrv, s.httpsLn})
+	}
+	s.mu.Unlock()
+
+	errc := make(chan error, len(pairs))
+	var wg sync.WaitGroup
+	for _, p := range pairs {
+		wg.Go(func() {
+			if err := p.srv.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+				s.closeNow() // one listener failing stops the other
+			}
+		})
+	}
+	s.ready.Store(!s.draining.Load())
+	stop := context.AfterFunc(ctx, s.closeNow)
+	wg.Wait()
+	stop()
+	s.ready.Store(false)
+	if ctx.Err() != nil {
+		s.closeNow()
+	}
+	s.mu.Lock()
+	shut := s.shut
+	s.mu.Unlock()
+	if shut && ctx.Err() == nil {
+		<-s.shutDone // Serve owns the drain: return only when it is over
+	}
+	// Hijacked connections (WebSockets) outlive http.Server.Serve; their handler
+	// goroutines are ours to wait for.
+	s.tunnels.wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// Shutdown stops accepting, asks open connections to finish (Connection: close for
+// HTTP/1.1 after the current response, GOAWAY for HTTP/2), waits for in-flight requests
+// and WebSocket tunnels until ctx is done, then closes whatever is left and returns
+// ctx.Err(). It may be called without Serve, and more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.shutOnce.Do(func() { close(s.shutDone) })
+	s.mu.Lock()
+	s.shut = true
+	s.mu.Unlock()
+	s.draining.Store(true)
+	s.ready.Store(false)
+	s.tunnels.refuseNew()
+	var wg sync.WaitGroup
+	for _, srv := range []*http.Server{s.httpSrv, s.httpsSrv} {
+		if srv != nil {
+			wg.Go(func() { _ = srv.Shutdown(ctx) })
+		}
+	}
+	wg.Wait()
+	s.closeListeners()
+	if err := s.tunnels.wait(ctx); err != nil || ctx.Err() != nil {
+		s.closeNow()
+		return ctx.Err()
+	}
+	s.transport.CloseIdleConnections()
+	return nil
+}
+
+// closeNow closes listeners, every client connection and every tunnel at once.
+func (s *Server) closeNow() {
+	s.draining.Store(true)
+	s.ready.Store(false)
+	for _, srv := range []*http.Server{s.httpSrv, s.httpsSrv} {
+		if srv != nil {
+			_ = srv.Close()
+		}
+	}
+	s.closeListeners()
+	s.tunnels.closeAll()
+	s.transport.CloseIdleConnections()
+}
+
+func (s *Server) closeListeners() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ln := range []net.Listener{s.httpLn, s.httpsLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// serveWebSocket relays an HTTP/1.1 WebSocket upgrade. It dials the target itself (with
+// the same pick, retry and passive health as forward) so that the tunnel owns a plain TCP
+// connection it can half-close. A target that answers anything but 101 has that answer
+// relayed; one that breaks or refuses the handshake without an answer is a 502 counted as
+// a handshake failure. After 101 the client connection is hijacked and bytes are copied
+// both ways until both directions end; the target's InFlight is held for the tunnel's
+// life and no route-table swap touches it. Only Shutdown's deadline closes it early.
+func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqState) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		s.answer(w, rs, outcomeHandshake)
+		return
+	}
+	if !s.tunnels.acquire() {
+		s.answer(w, rs, outcomeUnavailable)
+		return
+	}
+	defer s.tunnels.release()
+	e := rs.entry
+	o := s.newOutbound(r, rs, true)
+
+	var (
+		tried uint64
+		b     *routetable.Backend
+		bc    net.Conn
+	)
+	for {
+		i := pick(e.Backends, tried)
+		if i < 0 {
+			s.answer(w, rs, outcomeConnect)
+			return
+		}
+		tried |= 1 << i
+		b = e.Backends[i]
+		var err error
+		bc, err = s.dialer.DialContext(r.Context(), "tcp", b.Addr)
+		if err == nil {
+			markUp(b)
+			break
+		}
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		markDown(b)
+		s.countFailure(outcomeConnect, e.Stats)
+	}
+	b.State.InFlight.Add(1)
+	defer b.State.InFlight.Add(-1)
+	rs.lease = b.LeaseID
+	o.url.Host = b.Addr
+
+	// The handshake: bounded by ResponseHeaderTimeout and by the client's presence.
+	_ = bc.SetDeadline(time.Now().Add(s.cfg.ResponseHeaderTimeout))
+	stop := context.AfterFunc(r.Context(), func() { _ = bc.SetDeadline(time.Unix(1, 0)) })
+	br := bufio.NewReaderSize(bc, 4<<10)
+	var res *http.Response
+	err := o.req.Write(bc)
+	if err == nil {
+		res, err = http.ReadResponse(br, &o.req)
+	}
+	clientGone := !stop() || r.Context().Err() != nil
+	if err != nil || clientGone {
+		bc.Close()
+		if !clientGone {
+			s.countFailure(outcomeHandshake, e.Stats)
+			s.answer(w, rs, outcomeHandshake)
+		}
+		return
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		_ = bc.SetDeadline(time.Time{})
+		s.relay(w, r, res, rs)
+		bc.Close()
+		return
+	}
+	if !headerHasToken(res.Header, "Upgrade", "websocket") {
+		bc.Close()
+		s.countFailure(outcomeHandshake, e.Stats)
+		s.answer(w, rs, outcomeHandshake)
+		return
+	}
+	_ = bc.SetDeadline(time.Time{})
+
+	cconn, brw, err := hj.Hijack()
+	if err != nil {
+		bc.Close()
+		return
+	}
+	rs.upgraded, rs.status = true, http.StatusSwitchingProtocols
+	if rs.cc != nil {
+		// Hijacked: net/http no longer reports the connection's close.
+		defer s.totals.Conn(stats.ProtoHTTP1, -1)
+	}
+	_ = cconn.SetDeadline(time.Time{})
+	removeHopByHop(res.Header)
+	res.Header["Connection"] = valUpgrade
+	res.Header["Upgrade"] = valWebSocket
+	head := countingWriter{w: brw.Writer}
+	_, _ = io.WriteString(&head, "HTTP/1.1 101 Switching Protocols\r\n")
+	_ = res.Header.Write(&head)
+	_, _ = io.WriteString(&head, "\r\n")
+	ferr := brw.Flush()
+
+	// The upgrade request and its 101 are one request of the route.
+	var in, out int64
+	if rs.h1 {
+		cc := rs.cc
+		cc.hijacked.Store(true)
+		rd, wr := cc.readN.Load(), cc.writeN.Load()
+		in = rd - cc.acctRead - int64(brw.Reader.Buffered()) // buffered bytes are frames
+		out = wr - cc.acctWrite
+		cc.acctRead, cc.acctWrite = rd, wr
+	} else {
+		in, out = rs.in, rs.out+head.n
+	}
+	e.Stats.Request(in, out)
+	s.totals.Request(stats.ProtoHTTP1, http.StatusSwitchingProtocols, in, out)
+	rs.in, rs.out = in, out
+
+	t := &tunnel{client: cconn, backend: bc}
+	if ferr != nil || !s.tunnels.add(t) {
+		t.close()
+		return
+	}
+	s.totals.WebSocket(1)
+	var up, down int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var err error
+		up, err = s.pipe(bc, brw.Reader, e.Stats, true)
+		if err != nil {
+			t.close()
+		} else {
+			closeWrite(bc)
+		}
+	})
+	var derr error
+	down, derr = s.pipe(cconn, br, e.Stats, false)
+	if derr != nil {
+		t.close()
+	} else {
+		closeWrite(cconn)
+	}
+	wg.Wait()
+	t.close()
+	s.tunnels.remove(t)
+	s.totals.WebSocket(-1)
+	rs.in, rs.out = in+up, out+down
+}
+
+// pipe copies src to dst, counting each chunk into the route (and the totals when they
+// take bytes alone) as it passes, so long tunnels land on the right day. in says which
+// direction: client to target (true) or target to client.
+func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, in bool) (int64, error) {
+	bp := bufPool.Get().(*[copyBufSize]byte)
+	defer bufPool.Put(bp)
+	buf := bp[:]
+	var total int64
+	for {
+		nr, er := src.Read(buf)
+		if nr > 0 {
+			nw, ew := dst.Write(buf[:nr])
+			total += int64(nw)
+			if nw > 0 {
+				n := int64(nw)
+				if in {
+					h.Bytes(n, 0)
+					if s.totalsBytes != nil {
+						s.totalsBytes(stats.ProtoHTTP1, n, 0)
+					}
+				} else {
+					h.Bytes(0, n)
+					if s.totalsBytes != nil {
+						s.totalsBytes(stats.ProtoHTTP1, 0, n)
+					}
+				}
+			}
+			if ew != nil {
+				return total, ew
+			}
+		}
+		if er == io.EOF {
+			return total, nil
+		}
+		if er != nil {
+			return total, er
+		}
+	}
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// tunnel is one hijacked WebSocket: its two connections.
+type tunnel struct {
+	once            sync.Once
+	client, backend net.Conn
+}
+
+func (t *tunnel) close() {
+	t.once.Do(func() {
+		_ = t.client.Close()
+		_ = t.backend.Close()
+	})
+}
+
+// tunnelSet tracks WebSocket handlers (acquire/release, from before the dial to the end
+// of the tunnel) and open tunnels (add/remove), so that Serve can wait for the goroutines
+// net/http no longer tracks after a hijack and Shutdown can close what is left. It is
+// touched once or twice per WebSocket, never per request.
+type tunnelSet struct {
+	mu     sync.Mutex
+	m      map[*tunnel]struct{}
+	closed bool // no new WebSockets (Shutdown began)
+	wg     sync.WaitGroup
+	active int
+}
+
+func (ts *tunnelSet) acquire() bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed {
+		return false
+	}
+	ts.active++
+	ts.wg.Add(1)
+	return true
+}
+
+func (ts *tunnelSet) release() {
+	ts.mu.Lock()
+	ts.active--
+	ts.mu.Unlock()
+	ts.wg.Done()
+}
+
+// add registers an open tunnel; false means the set was closed meanwhile.
+func (ts *tunnelSet) add(t *tunnel) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.m == nil {
+		return false
+	}
+	ts.m[t] = struct{}{}
+	return true
+}
+
+func (ts *tunnelSet) remove(t *tunnel) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.m, t)
+}
+
+func (ts *tunnelSet) refuseNew() {
+	ts.mu.Lock()
+	ts.closed = true
+	ts.mu.Unlock()
+}
+
+// closeAll refuses new tunnels and closes every open one.
+func (ts *tunnelSet) closeAll() {
+	ts.mu.Lock()
+	ts.closed = true
+	m := ts.m
+	ts.m = nil
+	ts.mu.Unlock()
+	for t := range m {
+		t.close()
+	}
+}
+
+// wait returns nil once no WebSocket handler is active, or ctx.Err().
+func (ts *tunnelSet) wait(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ts.mu.Lock()
+		n := ts.active
+		ts.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
