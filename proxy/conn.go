@@ -181,7 +181,5 @@ func (c *clientConn) flushTail(s *Server, withReads bool) {
 		return
 	}
 	c.lastHost.Bytes(in, out)
-	if s.totalsBytes != nil {
-		s.totalsBytes(stats.ProtoHTTP1, in, out)
-	}
+	s.totals.Bytes(stats.ProtoHTTP1, in, out)
 }

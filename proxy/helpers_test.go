@@ -2,16 +2,9 @@ package proxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,36 +15,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/testcert"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
-// genCert returns a self-signed ECDSA certificate and key (PEM) covering hosts.
+// genCert returns a self-signed ECDSA P-256 certificate and key (PEM) covering hosts.
 func genCert(t testing.TB, hosts ...string) (certPEM, keyPEM string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, k, err := testcert.Generate(hosts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: hosts[0]},
-		DNSNames:     hosts,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}))
+	return c, k
 }
 
 // env is a proxy on loopback with its store and statistics registry.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
 )
 
 func get(t *testing.T, c *http.Client, url, host string) (*http.Response, string) {
@@ -109,6 +110,18 @@ func TestRouting(t *testing.T) {
 	}
 	if n := e.entries(); n != 4 {
 		t.Errorf("%d statistics entries, want 4", n)
+	}
+	// The totals behind the metrics see every request, unknown hosts included.
+	waitFor(t, "totals", func() bool {
+		tot := e.totals.Snapshot()
+		return tot.Requests[stats.ProtoHTTP1][2] == 4 && tot.Requests[stats.ProtoHTTP1][4] == 3
+	})
+	tot := e.totals.Snapshot()
+	if tot.UnknownHost != 3 || tot.Requests[stats.ProtoHTTP1][3] != 1 || tot.InFlight != 0 {
+		t.Errorf("totals %+v: want 3 unknown hosts, one 3xx, nothing in flight", tot)
+	}
+	if tot.BytesIn[stats.ProtoHTTP1] == 0 || tot.BytesOut[stats.ProtoHTTP1] == 0 {
+		t.Errorf("totals count no bytes: %+v", tot)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -93,9 +94,6 @@ type Server struct {
 	dialer    *net.Dialer
 	tlsConfig *tls.Config
 	handler   *handler
-	// totalsBytes adds bytes not tied to a request (response tails, tunnel frames) to the
-	// totals when stats.Totals offers such a method; nil otherwise.
-	totalsBytes func(p stats.Proto, in, out int64)
 
 	httpSrv, httpsSrv *http.Server
 
@@ -154,11 +152,6 @@ func New(cfg Config) (*Server, error) {
 	if s.totals == nil {
 		s.totals = new(stats.Totals)
 	}
-	if tb, ok := any(s.totals).(interface {
-		Bytes(p stats.Proto, in, out int64)
-	}); ok {
-		s.totalsBytes = tb.Bytes
-	}
 	s.tunnels.m = make(map[*tunnel]struct{})
 	s.shutDone = make(chan struct{})
 	s.dialer, s.transport = newTransport(cfg)
@@ -189,7 +182,7 @@ func (s *Server) newHTTPServer() *http.Server {
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ConnState:         s.connState,
 		ConnContext:       connContext,
-		ErrorLog:          zap.NewStdLog(s.log.Named("http").WithOptions(zap.IncreaseLevel(zapcore.DebugLevel))),
+		ErrorLog:          mustStdLogAt(s.log.Named("http"), zapcore.DebugLevel),
 		Protocols:         &p,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          250,
@@ -376,4 +369,14 @@ func (s *Server) closeListeners() {
 			_ = ln.Close()
 		}
 	}
+}
+
+// mustStdLogAt adapts l to the *log.Logger net/http wants, at level lvl: the server's own
+// complaints (TLS handshake errors, bad requests) are client noise, not operator news.
+func mustStdLogAt(l *zap.Logger, lvl zapcore.Level) *log.Logger {
+	std, err := zap.NewStdLogAt(l, lvl)
+	if err != nil {
+		return zap.NewStdLog(l)
+	}
+	return std
 }

@@ -180,14 +180,10 @@ func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, in bool) (int
 				n := int64(nw)
 				if in {
 					h.Bytes(n, 0)
-					if s.totalsBytes != nil {
-						s.totalsBytes(stats.ProtoHTTP1, n, 0)
-					}
+					s.totals.Bytes(stats.ProtoHTTP1, n, 0)
 				} else {
 					h.Bytes(0, n)
-					if s.totalsBytes != nil {
-						s.totalsBytes(stats.ProtoHTTP1, 0, n)
-					}
+					s.totals.Bytes(stats.ProtoHTTP1, 0, n)
 				}
 			}
 			if ew != nil {

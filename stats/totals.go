@@ -66,6 +66,20 @@ func (t *Totals) Request(p Proto, status int, bytesIn, bytesOut int64) {
 	}
 }
 
+// Bytes adds bytes of protocol p that belong to no single request's accounting: response
+// tails flushed after a handler returned, and WebSocket frames relayed after an upgrade.
+func (t *Totals) Bytes(p Proto, bytesIn, bytesOut int64) {
+	if p >= numProtos {
+		return
+	}
+	if bytesIn > 0 {
+		t.bytesIn[p].Add(uint64(bytesIn))
+	}
+	if bytesOut > 0 {
+		t.bytesOut[p].Add(uint64(bytesOut))
+	}
+}
+
 // UnknownHost counts one request whose Host matched no route.
 func (t *Totals) UnknownHost() { t.unknownHost.Add(1) }
 
@@ -91,3 +105,38 @@ func (t *Totals) WebSocket(delta int64) { t.websockets.Add(delta) }
 
 // TLSHandshakeFailure counts one failed client TLS handshake.
 func (t *Totals) TLSHandshakeFailure() { t.tlsFailures.Add(1) }
+
+// TotalsSnapshot is a plain copy of Totals, for tests and diagnostics.
+type TotalsSnapshot struct {
+	// Requests[p][c] counts finished requests of protocol p whose status class is c
+	// (1…5 for 1xx…5xx, 0 for anything else).
+	Requests             [numProtos][numStatusClasses]uint64
+	BytesIn, BytesOut    [numProtos]uint64
+	UnknownHost          uint64
+	BackendFailures      [numFailureKinds]uint64
+	InFlight             int64
+	Conns                [numProtos]int64
+	WebSockets           int64
+	TLSHandshakeFailures uint64
+}
+
+// Snapshot copies the counters. Each is read atomically; the set is not one instant.
+func (t *Totals) Snapshot() TotalsSnapshot {
+	var s TotalsSnapshot
+	for p := range numProtos {
+		for c := range numStatusClasses {
+			s.Requests[p][c] = t.requests[p][c].Load()
+		}
+		s.BytesIn[p] = t.bytesIn[p].Load()
+		s.BytesOut[p] = t.bytesOut[p].Load()
+		s.Conns[p] = t.conns[p].Load()
+	}
+	s.UnknownHost = t.unknownHost.Load()
+	for k := range numFailureKinds {
+		s.BackendFailures[k] = t.failures[k].Load()
+	}
+	s.InFlight = t.inFlight.Load()
+	s.WebSockets = t.websockets.Load()
+	s.TLSHandshakeFailures = t.tlsFailures.Load()
+	return s
+}
