@@ -47,6 +47,9 @@ func realMain(args []string, stdout, stderr io.Writer, lookup func(string) (stri
 	defer stop()
 
 	var err error
+	if cmd == "" || cmd == "demo" {
+		tuneRuntime(lookup)
+	}
 	switch cmd {
 	case "":
 		err = runIngress(ctx, args, stderr, lookup)
