@@ -63,11 +63,11 @@ type accepted struct {
 }
 
 func decodeOffer(raw json.RawMessage, path string, e *jsonx.Errors) (Offer, bool) {
+	n := e.Len()
 	m := jsonx.Object(raw, path, e, []string{"name", "minVersion", "maxVersion"}, nil)
 	if m == nil {
 		return Offer{}, false
 	}
-	n := e.Len()
 	var o Offer
 	if v, ok := m["name"]; ok {
 		o.Name, _ = jsonx.String(v, jsonx.Join(path, "name"), e)
