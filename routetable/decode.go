@@ -3,6 +3,8 @@ package routetable
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
+	"time"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
 )
@@ -46,9 +48,43 @@ func Decode(data []byte, mode Mode) (*Table, error) {
 	var e jsonx.Errors
 	t, rev := decodeTable(data, "", mode, &e)
 	if e.Len() > 0 {
-		return nil, newInvalid(rev, e.List())
+		return nil, newInvalid(rev, withRuleViolations(t, mode, e.List()))
 	}
 	return t, nil
+}
+
+// withRuleViolations adds to the shape violations of a table that failed to decode the
+// rule violations of what did decode, so that a broken port does not hide a bad
+// hostname elsewhere. A rule violation at or below a path that already has a shape
+// violation is left out: it would only restate it.
+func withRuleViolations(t *Table, mode Mode, shape []string) []string {
+	if t == nil {
+		return shape
+	}
+	out := shape
+	for _, v := range validate(t, mode, time.Now()).violations {
+		p := violationPath(v)
+		covered := false
+		for _, sv := range shape {
+			sp := violationPath(sv)
+			if p == sp || strings.HasPrefix(p, sp+".") || strings.HasPrefix(p, sp+"[") {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// violationPath is the JSON path a violation starts with.
+func violationPath(v string) string {
+	if i := strings.IndexByte(v, ' '); i > 0 {
+		return v[:i]
+	}
+	return v
 }
 
 // DecodeRaw is Decode for a table embedded in a larger body (the relay's

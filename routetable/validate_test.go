@@ -364,3 +364,32 @@ func TestErrorCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeReportsRulesBesideShapeViolations: a shape violation (an out-of-range port,
+// a wrongly typed key) does not hide the rule violations elsewhere in the table, and a
+// rule violation under a path that already has a shape violation is not repeated.
+func TestDecodeReportsRulesBesideShapeViolations(t *testing.T) {
+	raw := `{"revision":1,"routes":[` +
+		`{"hostname":"Bad.Example.test","targets":[{"leaseId":"l1","address":"127.0.0.1","port":80}],"tls":null},` +
+		`{"hostname":"b.test","targets":[{"leaseId":"l1","address":"127.0.0.1","port":0}],"tls":{"certificateId":"nope","redirectHttp":"yes"}}` +
+		`],"certificates":[]}`
+	_, err := Decode([]byte(raw), ModeRelay)
+	var re *Error
+	if !errors.As(err, &re) {
+		t.Fatalf("%v", err)
+	}
+	want := []string{
+		"routes[1].targets[0].port must be an integer from 1 to 65535",
+		"routes[1].tls.redirectHttp must be a boolean",
+		"routes[0].hostname must be a lowercase",
+		`routes[1].tls.certificateId names "nope"`,
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(re.Violations, func(v string) bool { return strings.HasPrefix(v, w) }) {
+			t.Errorf("missing %q in\n%s", w, strings.Join(re.Violations, "\n"))
+		}
+	}
+	if len(re.Violations) != len(want) {
+		t.Errorf("%d violations, want %d:\n%s", len(re.Violations), len(want), strings.Join(re.Violations, "\n"))
+	}
+}

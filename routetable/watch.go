@@ -151,6 +151,9 @@ func (f *FileSource) Run(ctx context.Context) error {
 		return fmt.Errorf("routetable: watch routes file: %w", err)
 	}
 	close(f.watching)
+	// A change made between the caller's Load and the watch above would otherwise go
+	// unseen until the next one; an unchanged file costs only its hash.
+	f.loadLogged()
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
