@@ -72,7 +72,7 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 }
 
 // connOf returns the request's client connection, or nil when it came from elsewhere
-// (Handler used directly, or a future HTTP/3 server).
+// (Handler used directly, or the HTTP/3 server).
 func connOf(r *http.Request) *clientConn {
 	cc, _ := r.Context().Value(connKey{}).(*clientConn)
 	return cc

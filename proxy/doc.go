@@ -1,5 +1,5 @@
 // Package proxy is the data plane of the ingress: the plain-HTTP and TLS listeners
-// (HTTP/1.1, HTTP/2 over TLS, prior-knowledge h2c), routing by Host/:authority/SNI through
+// (HTTP/1.1, HTTP/2 over TLS, prior-knowledge h2c), HTTP/3 over QUIC (http3.go), routing by Host/:authority/SNI through
 // the current route table, forwarding to targets with passive health, WebSocket tunnels,
 // per-hostname byte accounting (contract §5) and graceful stop.
 //
@@ -13,7 +13,7 @@
 //
 // The handler is protocol-agnostic: it learns what it needs about the client connection
 // from the *clientConn that ConnContext puts into the request context and falls back to
-// the request itself when there is none (as for a future HTTP/3 server sharing it).
+// the request itself when there is none (as for the HTTP/3 server sharing it).
 //
 // proxy imports routetable and stats only, never register or relay.
 package proxy

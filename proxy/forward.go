@@ -159,6 +159,9 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, res *http.Respons
 	for k, vv := range res.Header {
 		dst[k] = vv
 	}
+	if rs.altSvc {
+		dst["Alt-Svc"] = s.h3.altSvc // we are the origin the client talks to, not the target
+	}
 	announced := len(res.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)

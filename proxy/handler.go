@@ -25,6 +25,7 @@ type reqState struct {
 	in, out  int64 // HTTP/2 rule: decoded header fields plus body bytes
 	lease    string
 	upgraded bool // a WebSocket tunnel did its own request accounting
+	altSvc   bool // TLS on TCP with HTTP/3 on: the response announces it (Alt-Svc)
 	abort    bool // the response is broken: abort it after the accounting
 	start    time.Time
 }
@@ -39,6 +40,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rs.secure = rs.cc.isTLS()
 		if rs.proto == stats.ProtoHTTP2 && stats.Proto(rs.cc.proto.Load()) != stats.ProtoHTTP2 {
 			rs.cc.setProto(stats.ProtoHTTP2) // prior-knowledge h2c, learnt at its first request
+		}
+		if rs.secure && s.h3.altSvc != nil {
+			rs.altSvc = true
+			w.Header()["Alt-Svc"] = s.h3.altSvc
 		}
 	} else {
 		rs.secure = r.TLS != nil
@@ -87,6 +92,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	rs.entry = e
 	if cc := rs.cc; cc != nil && !cc.counted.Load() && cc.counted.CompareAndSwap(false, true) {
 		e.Stats.Connection()
+	} else if cc == nil && rs.proto == stats.ProtoHTTP3 {
+		s.attributeHTTP3Request(r, e)
 	}
 	if !rs.secure && e.TLS != nil && e.TLS.RedirectHTTP {
 		s.redirect(w, r, rs)

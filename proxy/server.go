@@ -68,6 +68,12 @@ type Config struct {
 	// GetCertificate, when set, is asked for SNI names the table has no certificate for
 	// (ACME). It must be safe for concurrent use.
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// HTTP3 also serves HTTP/3 (QUIC) on UDP at HTTPSAddr's host and port (the port the
+	// TCP listener got when HTTPSAddr's port is 0), with the same routing and certificates,
+	// and announces it with Alt-Svc on responses over TLS on TCP. It is ignored without
+	// HTTPSAddr. false, the zero value, serves no HTTP/3 (contract §8's --http3 defaults
+	// to true: the command line passes it).
+	HTTP3 bool
 }
 
 const (
@@ -96,6 +102,8 @@ type Server struct {
 	handler   *handler
 
 	httpSrv, httpsSrv *http.Server
+	h3                h3Server // HTTP/3 on UDP (http3.go)
+	stapler           *stapler // OCSP staples for the table's certificates (ocsp.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
@@ -156,6 +164,7 @@ func New(cfg Config) (*Server, error) {
 	s.shutDone = make(chan struct{})
 	s.dialer, s.transport = newTransport(cfg)
 	s.rt = s.transport
+	s.stapler = newStapler(cfg.Tables, s.log.Named("ocsp"))
 	s.tlsConfig = s.newTLSConfig()
 	s.handler = &handler{s: s}
 	if cfg.HTTPAddr != "" {
@@ -164,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.HTTPSAddr != "" {
 		s.httpsSrv = s.newHTTPServer()
 	}
+	s.newHTTP3Server()
 	return s, nil
 }
 
@@ -205,6 +215,7 @@ func (s *Server) Listen() error {
 		return nil
 	}
 	var httpLn, httpsLn net.Listener
+	var udp net.PacketConn
 	var err error
 	if s.cfg.HTTPAddr != "" {
 		if httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
@@ -212,7 +223,7 @@ func (s *Server) Listen() error {
 		}
 	}
 	if s.cfg.HTTPSAddr != "" {
-		if httpsLn, err = net.Listen("tcp", s.cfg.HTTPSAddr); err != nil {
+		if httpsLn, udp, err = s.listenHTTPS(); err != nil {
 			if httpLn != nil {
 				httpLn.Close()
 			}
@@ -228,6 +239,7 @@ func (s *Server) Listen() error {
 	if httpsLn != nil {
 		s.httpsLn = &tlsListener{Listener: httpsLn, s: s}
 	}
+	s.setHTTP3Conn(udp)
 	return nil
 }
 
@@ -282,9 +294,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.httpsLn != nil {
 		pairs = append(pairs, pair{s.httpsSrv, s.httpsLn})
 	}
+	udp := s.h3.pc
+	tlsOn := s.httpsLn != nil
 	s.mu.Unlock()
 
-	errc := make(chan error, len(pairs))
+	errc := make(chan error, len(pairs)+1)
 	var wg sync.WaitGroup
 	for _, p := range pairs {
 		wg.Go(func() {
@@ -294,10 +308,29 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		})
 	}
+	if udp != nil {
+		wg.Go(func() {
+			if err := s.serveHTTP3(udp); err != nil {
+				errc <- err
+				s.closeNow()
+			}
+		})
+	}
+	// The stapler lives as long as the listeners do.
+	stapleCtx, stopStapler := context.WithCancel(ctx)
+	stapled := make(chan struct{})
+	go func() {
+		defer close(stapled)
+		if tlsOn {
+			s.stapler.run(stapleCtx)
+		}
+	}()
 	s.ready.Store(!s.draining.Load())
 	stop := context.AfterFunc(ctx, s.closeNow)
 	wg.Wait()
 	stop()
+	stopStapler()
+	<-stapled
 	s.ready.Store(false)
 	if ctx.Err() != nil {
 		s.closeNow()
@@ -309,8 +342,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		<-s.shutDone // Serve owns the drain: return only when it is over
 	}
 	// Hijacked connections (WebSockets) outlive http.Server.Serve; their handler
-	// goroutines are ours to wait for.
+	// goroutines are ours to wait for, and so are the QUIC connection watchers.
 	s.tunnels.wg.Wait()
+	s.h3.conns.Wait()
 	select {
 	case err := <-errc:
 		return err
@@ -320,7 +354,7 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // Shutdown stops accepting, asks open connections to finish (Connection: close for
-// HTTP/1.1 after the current response, GOAWAY for HTTP/2), waits for in-flight requests
+// HTTP/1.1 after the current response, GOAWAY for HTTP/2 and HTTP/3), waits for in-flight requests
 // and WebSocket tunnels until ctx is done, then closes whatever is left and returns
 // ctx.Err(). It may be called without Serve, and more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -337,6 +371,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			wg.Go(func() { _ = srv.Shutdown(ctx) })
 		}
 	}
+	wg.Go(func() { s.shutdownHTTP3(ctx) })
 	wg.Wait()
 	s.closeListeners()
 	if err := s.tunnels.wait(ctx); err != nil || ctx.Err() != nil {
@@ -356,6 +391,7 @@ func (s *Server) closeNow() {
 			_ = srv.Close()
 		}
 	}
+	s.closeHTTP3()
 	s.closeListeners()
 	s.tunnels.closeAll()
 	s.transport.CloseIdleConnections()
@@ -369,6 +405,7 @@ func (s *Server) closeListeners() {
 			_ = ln.Close()
 		}
 	}
+	s.stopHTTP3()
 }
 
 // mustStdLogAt adapts l to the *log.Logger net/http wants, at level lvl: the server's own

@@ -22,7 +22,7 @@ func (s *Server) newTLSConfig() *tls.Config {
 func (s *Server) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if hello.ServerName != "" {
 		if cert := s.tables.Load().GetCertificate(hello.ServerName); cert != nil {
-			return cert, nil
+			return s.stapler.staple(cert), nil
 		}
 	}
 	if s.cfg.GetCertificate != nil {

@@ -168,11 +168,13 @@ func (s *Session) serveConnection(ctx context.Context, peer *relay.Peer) bool {
 		return false
 	}
 	s.setState(StateRegistered)
+	relayRev := zap.String("relayRevision", "none yet")
 	if acc.hasRevision {
-		s.log.Info("registered with the relay", zap.Int64("relayRevision", acc.revision), zap.Int64("protocolVersion", acc.useVersion))
+		relayRev = zap.Int64("relayRevision", acc.revision)
+	}
+	s.log.Info("registered with the relay", relayRev, zap.Int64("protocolVersion", acc.useVersion))
+	if acc.hasRevision {
 		s.noteRevision(acc.revision)
-	} else {
-		s.log.Info("registered with the relay; it holds no route table yet", zap.Int64("protocolVersion", acc.useVersion))
 	}
 	s.pullLoop(cctx, peer)
 	return true

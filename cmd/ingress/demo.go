@@ -165,6 +165,9 @@ Try these (Ctrl-C stops everything):
   # TLS with the demo certificate (self-signed, hence -k), HTTP/2
   curl -sk --http2 --resolve %[1]s:%[5]s:127.0.0.1 https://%[1]s:%[5]s/hello
 
+  # HTTP/3 on UDP at the same port (needs a curl built with HTTP/3)
+  curl -sk --http3-only --resolve %[1]s:%[5]s:127.0.0.1 https://%[1]s:%[5]s/hello
+
   # a TLS route that redirects plain HTTP (308)
   curl -si -H 'Host: %[2]s' http://127.0.0.1:%[4]s/path?q=1
 

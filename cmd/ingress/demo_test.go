@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/serve-zone/ingress/routetable"
@@ -78,6 +80,22 @@ func TestDemoServesItsRoutes(t *testing.T) {
 		t.Fatalf("tls: %d %s %q", resp.StatusCode, resp.Proto, body)
 	}
 
+	// HTTP/3 on UDP at the HTTPS address, announced by Alt-Svc over TCP.
+	if alt := resp.Header.Get("Alt-Svc"); !strings.HasPrefix(alt, `h3=":`) {
+		t.Fatalf("Alt-Svc %q", alt)
+	}
+	h3 := &http3.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // demo certificate
+		Dial: func(ctx context.Context, _ string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error) {
+			return quic.DialAddr(ctx, d.in.proxy.HTTP3Addr().String(), tlsCfg, cfg)
+		},
+	}
+	defer h3.Close()
+	resp, body = get(&http.Client{Transport: h3, Timeout: 5 * time.Second}, "https://"+demoApp+"/h3", demoApp)
+	if resp.StatusCode != 200 || resp.ProtoMajor != 3 || !strings.Contains(body, "hello from backend-") {
+		t.Fatalf("h3: %d %s %q", resp.StatusCode, resp.Proto, body)
+	}
+
 	today := time.Now().UTC().Format(time.DateOnly)
 	resp, body = get(plain, fmt.Sprintf("http://%s/v1/traffic-statistics?fromDayUtc=%s&toDayUtc=%s&limit=100", d.in.adminAddr(), today, today), "")
 	if resp.StatusCode != 200 {
@@ -100,8 +118,8 @@ func TestDemoServesItsRoutes(t *testing.T) {
 			t.Errorf("nodeId = %q", e.NodeID)
 		}
 	}
-	if got[demoApp] != 2 || got[demoSecure] != 1 {
-		t.Fatalf("statistics = %v, want 2 requests for %s and 1 for %s", got, demoApp, demoSecure)
+	if got[demoApp] != 3 || got[demoSecure] != 1 {
+		t.Fatalf("statistics = %v, want 3 requests for %s and 1 for %s", got, demoApp, demoSecure)
 	}
 }
 

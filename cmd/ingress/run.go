@@ -26,8 +26,14 @@ import (
 	"github.com/serve-zone/ingress/stats"
 )
 
-// capabilities is what this build states at registration (sorted, contract §4).
-var capabilities = []string{"http1", "http2", "tls-termination", "traffic-statistics", "websocket"}
+// capabilities is what this ingress states at registration: sorted and unique (contract
+// §4); http3 only while it is served.
+func capabilities(http3 bool) []string {
+	if http3 {
+		return []string{"http1", "http2", "http3", "tls-termination", "traffic-statistics", "websocket"}
+	}
+	return []string{"http1", "http2", "tls-termination", "traffic-statistics", "websocket"}
+}
 
 // runIngress judges flags and environment, then runs the ingress until ctx ends.
 func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) error {
@@ -167,6 +173,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	p, err := proxy.New(proxy.Config{
 		HTTPAddr:              o.HTTPAddr,
 		HTTPSAddr:             o.HTTPSAddr,
+		HTTP3:                 o.HTTP3,
 		Tables:                in.store,
 		Totals:                totals,
 		Logger:                log.Named("proxy"),
@@ -194,7 +201,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		in.session = register.New(register.Config{
 			Env:          d.env,
 			Version:      version,
-			Capabilities: capabilities,
+			Capabilities: capabilities(o.HTTP3 && o.HTTPSAddr != ""),
 			Tables:       in.store,
 			Stats:        in.stats,
 			Relay:        ropts,
@@ -293,6 +300,7 @@ func (in *instance) run(ctx context.Context) error {
 	http1, https := in.proxy.Addrs()
 	in.log.Info("ingress started", zap.String("version", version),
 		zap.Stringer("http", addrString{http1}), zap.Stringer("https", addrString{https}),
+		zap.Stringer("http3", addrString{in.proxy.HTTP3Addr()}),
 		zap.Stringer("admin", addrString{in.adminAddr()}))
 
 	var runErr error

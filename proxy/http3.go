@@ -1,0 +1,264 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// HTTP/3 (contract §8: --https-addr serves TLS on TCP and HTTP/3 on UDP at the same
+// address). The http3.Server shares the routing handler with the TCP listeners; requests
+// reach it without a *clientConn, so the handler accounts them by the HTTP/2 rule (decoded
+// field names and values plus body bytes, accounting.go) under stats.ProtoHTTP3.
+//
+// Connections: ConnContext runs once per accepted QUIC connection (the early listener
+// accepts it once the ClientHello is processed, before the handshake completes). It adds
+// the connection to Totals.Conn(ProtoHTTP3) and starts one watcher goroutine that waits
+// for the handshake, attributes the connection to the route its SNI names, and removes it
+// from Totals.Conn when the connection's context ends. The watchers are owned by the
+// Server: Serve waits for them, and once the HTTP/3 server is closed they close whatever
+// connection is left. A connection whose SNI names no route (a certificate from
+// Config.GetCertificate) is attributed at its first request that matches a route, as on TCP.
+
+// maxHTTP3Streams bounds concurrent requests per QUIC connection, like
+// HTTP2Config.MaxConcurrentStreams on TCP.
+const maxHTTP3Streams = 250
+
+// altSvcMaxAge is the ma= of the Alt-Svc header, in seconds.
+const altSvcMaxAge = 86400
+
+// bindAttempts bounds the retries when HTTPSAddr has port 0 and the UDP port the TCP
+// listener got turns out to be taken.
+const bindAttempts = 4
+
+// h3Server is the Server's HTTP/3 part. srv is nil when HTTP/3 is off; every other field
+// is then unused.
+type h3Server struct {
+	srv *http3.Server
+	// pc is the UDP socket Listen bound (guarded by Server.mu). http3.Server never closes a
+	// socket it was handed; closeListeners does.
+	pc net.PacketConn
+	// altSvc is the Alt-Svc value for responses over TLS on TCP; nil when HTTP/3 is off.
+	// Listen writes it before Serve starts any listener and it is read-only afterwards,
+	// so handlers (which only see our connections once Serve runs) read it without a lock.
+	altSvc []string
+	// conns counts the watcher goroutines (one per QUIC connection).
+	conns sync.WaitGroup
+	// stop is closed when the HTTP/3 server is closed: watchers close what is left.
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+// h3Conn is one QUIC connection's attribution state, kept in its requests' context.
+type h3Conn struct {
+	conn    *quic.Conn
+	sni     sync.Once   // the SNI attribution, once the handshake is complete
+	counted atomic.Bool // the connection was attributed to a hostname
+}
+
+type h3ConnKey struct{}
+
+// newHTTP3Server builds the HTTP/3 server when Config.HTTP3 and HTTPSAddr ask for it.
+func (s *Server) newHTTP3Server() {
+	s.h3.stop = make(chan struct{})
+	if !s.cfg.HTTP3 || s.cfg.HTTPSAddr == "" {
+		return
+	}
+	s.h3.srv = &http3.Server{
+		// http3.Server sets NextProtos to h3 on its own clone; QUIC implies TLS 1.3.
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS13,
+			GetCertificate: s.getCertificateH3,
+		},
+		QUICConfig: &quic.Config{
+			// The whole handshake is bounded by twice this, so by ReadHeaderTimeout, as on TCP.
+			HandshakeIdleTimeout: s.cfg.ReadHeaderTimeout / 2,
+			MaxIdleTimeout:       s.cfg.IdleTimeout,
+			MaxIncomingStreams:   maxHTTP3Streams,
+			// 0-RTT requests can be replayed and would reach targets before the handshake
+			// has attributed the connection.
+			Allow0RTT: false,
+		},
+		Handler:        s.handler,
+		MaxHeaderBytes: s.cfg.MaxHeaderBytes,
+		IdleTimeout:    s.cfg.IdleTimeout,
+		ConnContext:    s.h3ConnContext,
+	}
+}
+
+// getCertificateH3 is getCertificate for QUIC handshakes. A refused name is counted as a
+// TLS handshake failure here: such a connection is never accepted, so no watcher sees it.
+func (s *Server) getCertificateH3(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	cert, err := s.getCertificate(hello)
+	if err != nil {
+		s.totals.TLSHandshakeFailure()
+	}
+	return cert, err
+}
+
+// listenHTTPS binds the TLS listener on TCP and, with HTTP/3 on, a UDP socket on the same
+// host and port (the port the TCP listener got when HTTPSAddr's port is 0; if that port
+// is taken on UDP, both are bound again, a few times).
+func (s *Server) listenHTTPS() (net.Listener, net.PacketConn, error) {
+	addr := s.cfg.HTTPSAddr
+	if s.h3.srv == nil {
+		ln, err := net.Listen("tcp", addr)
+		return ln, nil, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	anyPort := port == "0" || port == ""
+	for attempt := 1; ; attempt++ {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		_, got, _ := net.SplitHostPort(ln.Addr().String())
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, got))
+		if err == nil {
+			return ln, pc, nil
+		}
+		_ = ln.Close()
+		if !anyPort || attempt == bindAttempts {
+			return nil, nil, fmt.Errorf("proxy: HTTP/3 on UDP: %w", err)
+		}
+	}
+}
+
+// setHTTP3Conn records the bound UDP socket and precomputes the Alt-Svc value. Called by
+// Listen with s.mu held.
+func (s *Server) setHTTP3Conn(pc net.PacketConn) {
+	if pc == nil {
+		return
+	}
+	s.h3.pc = pc
+	port := 0
+	if ua, ok := pc.LocalAddr().(*net.UDPAddr); ok {
+		port = ua.Port
+	}
+	s.h3.altSvc = []string{`h3=":` + strconv.Itoa(port) + `"; ma=` + strconv.Itoa(altSvcMaxAge)}
+}
+
+// HTTP3Addr returns the UDP address HTTP/3 is served on, or nil when HTTP/3 is off or
+// Listen has not bound it yet.
+func (s *Server) HTTP3Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.h3.pc == nil {
+		return nil
+	}
+	return s.h3.pc.LocalAddr()
+}
+
+// serveHTTP3 serves HTTP/3 on pc until the HTTP/3 server is shut down or closed (then it
+// returns nil) or the socket fails.
+func (s *Server) serveHTTP3(pc net.PacketConn) error {
+	err := s.h3.srv.Serve(pc)
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, quic.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// shutdownHTTP3 sends GOAWAY on every QUIC connection and waits until their requests
+// have finished or ctx is done (then it closes them).
+func (s *Server) shutdownHTTP3(ctx context.Context) {
+	if s.h3.srv != nil {
+		_ = s.h3.srv.Shutdown(ctx)
+	}
+}
+
+// closeHTTP3 closes every QUIC connection at once and waits for their handlers.
+func (s *Server) closeHTTP3() {
+	if s.h3.srv != nil {
+		_ = s.h3.srv.Close()
+	}
+}
+
+// stopHTTP3 closes the UDP socket and releases the watchers. Called with s.mu held, after
+// the HTTP/3 server was shut down or closed (or never served).
+func (s *Server) stopHTTP3() {
+	s.h3.stopOnce.Do(func() { close(s.h3.stop) })
+	if s.h3.pc != nil {
+		_ = s.h3.pc.Close()
+	}
+}
+
+// h3ConnContext is the http3.Server's ConnContext: it counts the connection and starts its
+// watcher.
+func (s *Server) h3ConnContext(ctx context.Context, c *quic.Conn) context.Context {
+	hc := &h3Conn{conn: c}
+	s.totals.Conn(stats.ProtoHTTP3, 1)
+	s.h3.conns.Add(1)
+	go s.watchHTTP3(hc)
+	return context.WithValue(ctx, h3ConnKey{}, hc)
+}
+
+// watchHTTP3 attributes the connection at its handshake and uncounts it when it ends.
+// A connection that ends before its handshake completed is a TLS handshake failure.
+func (s *Server) watchHTTP3(hc *h3Conn) {
+	defer s.h3.conns.Done()
+	defer s.totals.Conn(stats.ProtoHTTP3, -1)
+	c := hc.conn
+	select {
+	case <-c.HandshakeComplete():
+		s.attributeSNI(hc)
+	case <-c.Context().Done():
+		select {
+		case <-c.HandshakeComplete():
+			s.attributeSNI(hc)
+		default:
+			s.totals.TLSHandshakeFailure()
+		}
+		return
+	case <-s.h3.stop:
+		_ = c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
+		return
+	}
+	select {
+	case <-c.Context().Done():
+	case <-s.h3.stop:
+		_ = c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
+	}
+}
+
+// attributeSNI counts the connection for the route its SNI names, once. Callers wait for
+// it (sync.Once), so a first request never races the handshake's attribution.
+func (s *Server) attributeSNI(hc *h3Conn) {
+	hc.sni.Do(func() {
+		name := hc.conn.ConnectionState().TLS.ServerName
+		if t := s.tables.Load(); t != nil {
+			if e := t.Lookup(name); e != nil && hc.counted.CompareAndSwap(false, true) {
+				e.Stats.Connection()
+			}
+		}
+	})
+}
+
+// attributeHTTP3Request counts r's QUIC connection for e when neither its SNI nor an
+// earlier request has attributed it. Requests only arrive after the handshake (0-RTT is
+// off), so the SNI attribution is done first if the watcher has not done it yet.
+func (s *Server) attributeHTTP3Request(r *http.Request, e *routetable.Entry) {
+	hc, _ := r.Context().Value(h3ConnKey{}).(*h3Conn)
+	if hc == nil || hc.counted.Load() {
+		return
+	}
+	s.attributeSNI(hc)
+	if hc.counted.CompareAndSwap(false, true) {
+		e.Stats.Connection()
+	}
+}
