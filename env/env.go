@@ -2,7 +2,7 @@
 //
 // The bearer is held in a [Bearer], whose every printed form is "[redacted]"; only
 // [Bearer.Reveal], called by the registration code, yields the value. env is a leaf: it
-// imports nothing else of the project.
+// imports nothing else of the project but the shared JSON vocabulary (internal/jsonx).
 package env
 
 import (
@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/serve-zone/ingress/internal/jsonx"
 )
 
 // The variable names, spelled once (contract §1).
@@ -177,19 +179,4 @@ func IsLoopbackHost(host string) bool {
 
 // IsID reports whether s is a contract Id: 1-128 characters of [A-Za-z0-9._:-],
 // starting with a letter or digit.
-func IsID(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-		if i == 0 && !alnum {
-			return false
-		}
-		if !alnum && c != '.' && c != '_' && c != ':' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
+func IsID(s string) bool { return jsonx.IsID(s) }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/internal/atomicfile"
 )
 
 // StateFile is the name of the last-known-good table inside StoreOptions.StateDir.
@@ -17,7 +19,7 @@ const StateFile = "routetable.json"
 // directory, written, fsynced and renamed over the old one, then the directory fsynced,
 // so a crash leaves either the old table or the new one, never a torn file. The file
 // holds private keys and is created with mode 0600.
-func writeState(dir string, t *Table) (err error) {
+func writeState(dir string, t *Table) error {
 	data, err := t.MarshalJSON() // directly: json.Marshal would re-scan 16 MB to compact it
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
@@ -25,41 +27,7 @@ func writeState(dir string, t *Table) (err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+StateFile+".*.tmp") // CreateTemp uses mode 0600
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, filepath.Join(dir, StateFile)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return nil // the rename happened; only its durability is unconfirmed
-	}
-	defer d.Close()
-	if serr := d.Sync(); serr != nil {
-		return nil
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(dir, StateFile), data)
 }
 
 // LoadState applies the last-known-good table from StateDir, if there is one, so that a

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/serve-zone/ingress/internal/atomicfile"
 )
 
 // The snapshot file: every day inside the retention window, each with the counters of
@@ -103,36 +105,9 @@ func (r *Registry) snapshotLocked() snapshotFile {
 	return snap
 }
 
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+func writeFileAtomic(path string, data []byte) error {
+	if err := atomicfile.Write(path, data); err != nil {
 		return fmt.Errorf("write statistics snapshot: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(0o600); err == nil {
-		if _, err = f.Write(data); err == nil {
-			err = f.Sync()
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return fmt.Errorf("write statistics snapshot: %w", err)
-	}
-	// Make the rename itself durable; a failure here leaves a valid file behind.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }
