@@ -9,8 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/serve-zone/ingress/relay"
 	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/relay"
 )
 
 // ErrNoIngress: no ingress is connected.

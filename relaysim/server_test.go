@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
 	"github.com/serve-zone/ingress/relay"
 )
 
