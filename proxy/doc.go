@@ -4,8 +4,9 @@
 // per-hostname byte accounting (contract §5) and graceful stop.
 //
 // The hot path starts at [handler.ServeHTTP] (handler.go): one TableSource.Load, one
-// Compiled.Lookup, a target pick (targets.go), one RoundTrip on the shared Transport
-// (forward.go) and a few atomic adds into the route's stats.Host and the Totals. It takes
+// Compiled.Lookup, a target pick (targets.go), one RoundTrip on the lean HTTP/1.1
+// upstream (upstream.go, on the handler's goroutine; it falls back to the shared
+// http.Transport for what it does not handle) (forward.go) and a few atomic adds into the route's stats.Host and the Totals. It takes
 // no lock, writes no map of its own, and allocates only what net/http itself needs plus one
 // small per-request outbound struct (the outgoing request, its URL and its body tracker).
 // Connection-level work (TLS handshake, byte counters, ConnState) lives in conn.go;

@@ -27,7 +27,8 @@ type outbound struct {
 // so that a request whose dial failed can be sent again (the transport closes bodies even
 // on errors; the server closes the real one after the handler). It records whether
 // anything was read (then the request is never retried) and whether reading failed (a
-// client fault, not a backend failure). The transport reads it on its own goroutine.
+// client fault, not a backend failure). The lean upstream reads it on the handler's
+// goroutine, the fallback http.Transport on its own.
 type trackedBody struct {
 	rc      io.ReadCloser
 	n       atomic.Int64

@@ -95,7 +95,9 @@ type Server struct {
 	trusted   []netip.Prefix
 
 	transport *http.Transport
-	// rt is what forward sends through: the shared transport (tests may stand in for it).
+	// up is the lean HTTP/1.1 round tripper (upstream.go); it falls back to transport.
+	up *upstream
+	// rt is what forward sends through: up (tests may stand in for it).
 	rt        http.RoundTripper
 	dialer    *net.Dialer
 	tlsConfig *tls.Config
@@ -163,7 +165,8 @@ func New(cfg Config) (*Server, error) {
 	s.tunnels.m = make(map[*tunnel]struct{})
 	s.shutDone = make(chan struct{})
 	s.dialer, s.transport = newTransport(cfg)
-	s.rt = s.transport
+	s.up = newUpstream(cfg, s.transport)
+	s.rt = s.up
 	s.stapler = newStapler(cfg.Tables, s.log.Named("ocsp"))
 	s.tlsConfig = s.newTLSConfig()
 	s.handler = &handler{s: s}
@@ -316,7 +319,8 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		})
 	}
-	// The stapler lives as long as the listeners do.
+	// The stapler and the idle upstream connections' janitor live as long as the
+	// listeners do.
 	stapleCtx, stopStapler := context.WithCancel(ctx)
 	stapled := make(chan struct{})
 	go func() {
@@ -325,12 +329,18 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.stapler.run(stapleCtx)
 		}
 	}()
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		s.up.janitor(stapleCtx)
+	}()
 	s.ready.Store(!s.draining.Load())
 	stop := context.AfterFunc(ctx, s.closeNow)
 	wg.Wait()
 	stop()
 	stopStapler()
 	<-stapled
+	<-swept
 	s.ready.Store(false)
 	if ctx.Err() != nil {
 		s.closeNow()
@@ -379,6 +389,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.transport.CloseIdleConnections()
+	s.up.closeIdle()
 	return nil
 }
 
@@ -395,6 +406,7 @@ func (s *Server) closeNow() {
 	s.closeListeners()
 	s.tunnels.closeAll()
 	s.transport.CloseIdleConnections()
+	s.up.closeIdle()
 }
 
 func (s *Server) closeListeners() {
