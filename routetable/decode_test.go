@@ -12,7 +12,8 @@ import (
 	"github.com/serve-zone/ingress/internal/jsonx"
 )
 
-const examplesDir = "../../shared/contract/examples"
+// examplesDir holds copies of the contract's examples (../shared/contract/examples).
+const examplesDir = "testdata/examples"
 
 // exampleTables returns every table the contract's examples hold, by name.
 func exampleTables(t testing.TB) map[string][]byte {
