@@ -109,7 +109,10 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 		case r.TLS.ACME && r.TLS.CertificateID != "":
 			e.Addf(tp, "must name either certificateId or acme, not both")
 		case r.TLS.ACME:
-			// The ACME manager obtains the certificate; nothing to check here.
+			// Valid by the contract, but this version obtains no certificate yet: say so
+			// rather than let handshakes for the name fail without a word.
+			v.warnings = append(v.warnings, tp+".acme: automatic HTTPS is not available in this version yet; "+
+				"TLS handshakes for "+r.Hostname+" fail until it is (plain HTTP is served unless redirectHttp is true)")
 		case !jsonx.IsID(r.TLS.CertificateID):
 			e.Addf(tp+".certificateId", msgID)
 		default:

@@ -393,3 +393,19 @@ func TestDecodeReportsRulesBesideShapeViolations(t *testing.T) {
 		t.Errorf("%d violations, want %d:\n%s", len(re.Violations), len(want), strings.Join(re.Violations, "\n"))
 	}
 }
+
+// TestACMERouteIsWarnedAbout: an ACME route is valid in standalone mode, and until this
+// version obtains certificates the operator is told so.
+func TestACMERouteIsWarnedAbout(t *testing.T) {
+	tb := validTable(t)
+	tb.Routes[2].TLS = &RouteTLS{ACME: true}
+	warnings, err := Validate(tb, ModeStandalone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(warnings, func(w string) bool {
+		return strings.HasPrefix(w, "routes[2].tls.acme: automatic HTTPS is not available")
+	}) {
+		t.Fatalf("no ACME warning in %q", warnings)
+	}
+}
