@@ -125,7 +125,7 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	var errs []error
 	if cfg.Tables == nil {
-		errs = append(errs, errors.New("Tables is required"))
+		errs = append(errs, errors.New("the Tables source is required"))
 	}
 	if cfg.HTTPAddr == "" && cfg.HTTPSAddr == "" {
 		errs = append(errs, errors.New("at least one of HTTPAddr and HTTPSAddr must be set"))

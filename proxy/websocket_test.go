@@ -77,7 +77,7 @@ func TestWebSocketEchoSurvivesSwaps(t *testing.T) {
 
 func TestWebSocketHandshakeFailures(t *testing.T) {
 	e := newEnv(t)
-	refuse := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", 403) }))
+	refuse := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) }))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

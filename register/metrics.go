@@ -54,7 +54,6 @@ type metrics struct {
 	hints         prometheus.Counter
 	pulls         prometheus.Counter
 	pullFailures  prometheus.Counter
-	state         *prometheus.GaugeVec
 }
 
 func newMetrics(s *Session) *metrics {

@@ -105,15 +105,6 @@ func regFrame(t *testing.T, edit func(body map[string]any)) []byte {
 	return b
 }
 
-// answerFor turns an example answer into the one expected for frame (same request echoed).
-func answerFor(t *testing.T, frame []byte, example []byte) []byte {
-	var req, ans map[string]any
-	_ = json.Unmarshal(frame, &req)
-	_ = json.Unmarshal(example, &ans)
-	ans["request"] = req["request"]
-	b, _ := json.Marshal(ans)
-	return b
-}
 
 func TestRegistrationAnswersMatchExamples(t *testing.T) {
 	s, origin := start(t)
