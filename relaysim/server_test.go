@@ -105,7 +105,6 @@ func regFrame(t *testing.T, edit func(body map[string]any)) []byte {
 	return b
 }
 
-
 func TestRegistrationAnswersMatchExamples(t *testing.T) {
 	s, origin := start(t)
 	in := dialRaw(t, origin)
