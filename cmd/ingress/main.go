@@ -1,6 +1,6 @@
 // Command ingress is the serve.zone cluster ingress: it registers with the cluster's relay
-// (or reads a route-table file in standalone mode) and forwards public HTTP/1.1, HTTP/2 and
-// WebSocket traffic to workload leases, counting it per day and hostname.
+// (or reads a route-table file in standalone mode) and forwards public HTTP/1.1, HTTP/2,
+// HTTP/3 and WebSocket traffic to workload leases, counting it per day and hostname.
 //
 //	ingress [flags]             run as the cluster's ingress (SERVEZONE_* variables) or standalone (--routes)
 //	ingress demo [flags]        run a self-contained demo: relay, backends and ingress on loopback
