@@ -246,7 +246,8 @@ func (in *instance) adminAddr() net.Addr {
 
 // run serves until ctx ends, then stops in two stages: the listeners stop accepting and
 // in-flight requests get --drain-timeout to finish, then everything left is closed; the
-// statistics are persisted last. It returns nil after a graceful stop.
+// statistics are persisted last (stats.Registry.Run writes a final snapshot when its
+// context ends, after the drain). It returns nil after a graceful stop.
 func (in *instance) run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -320,10 +321,7 @@ func (in *instance) run(ctx context.Context) error {
 		_ = in.adminSrv.Shutdown(sctx)
 		cancel()
 	}
-	wg.Wait()
-	if err := in.stats.Flush(); err != nil && !errors.Is(err, stats.ErrNotLoaded) {
-		in.log.Warn("statistics not persisted", zap.Error(err))
-	}
+	wg.Wait() // the statistics' Run wrote its final snapshot on the way out
 	in.log.Info("stopped")
 	return runErr
 }
