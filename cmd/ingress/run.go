@@ -105,7 +105,6 @@ type instanceDeps struct {
 	env      env.Config  // relay identity (relay mode) or just NodeID (standalone)
 	relayTLS *tls.Config // nil: system roots
 	log      *zap.Logger
-	relayOpt *relay.Options // tests shorten relay timings; nil: the contract's
 }
 
 // instance is one running ingress: every component, wired, listeners bound.
@@ -194,10 +193,6 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	metrics = append(metrics, in.store.Collectors()...)
 	if o.Routes == "" {
 		ropts := relay.Options{TLSConfig: d.relayTLS, Logger: log.Named("relay")}
-		if d.relayOpt != nil {
-			ropts = *d.relayOpt
-			ropts.TLSConfig, ropts.Logger = d.relayTLS, log.Named("relay")
-		}
 		in.session = register.New(register.Config{
 			Env:          d.env,
 			Version:      version,
