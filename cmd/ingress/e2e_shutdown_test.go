@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -108,4 +109,48 @@ func TestE2ESIGTERMUnderLoad(t *testing.T) {
 		t.Fatal("no request in flight at SIGTERM was answered: the drain was not exercised")
 	}
 	t.Logf("%d requests answered (%d before SIGTERM), stop took %s", ok.Load(), before, elapsed)
+}
+
+// TestE2ESecondSignalStopsAtOnce: the first SIGTERM starts a drain that would wait up to
+// --drain-timeout for a request still in flight; a second signal ends the process at once
+// with a non-zero status.
+func TestE2ESecondSignalStopsAtOnce(t *testing.T) {
+	buildBinary(t)
+	t.Parallel()
+	const host = "hang.example.test"
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); hang.Close() })
+	file := filepath.Join(t.TempDir(), "routes.json")
+	target := targetOf(t, hang.Listener.Addr().String(), "lease-hang")
+	if err := os.WriteFile(file, tableJSON(t, 1, nil, route(host, "", false, target)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startIngress(t, nil, baseArgs("--routes", file, "--drain-timeout", "60s")...)
+	waitStatus(t, httpClient(t), p.adminAddr, "", "/readyz", http.StatusOK)
+
+	hc := httpClient(t)
+	go func() { _, _ = get(hc, p.httpAddr, host, "/hang") }()
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached the target")
+	}
+	p.signal(syscall.SIGTERM)
+	p.waitLine(5*time.Second, func(m map[string]any) bool { return m["msg"] == "stopping: draining in-flight requests" })
+	start := time.Now()
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(5 * time.Second); code == 0 {
+		t.Fatalf("exit status 0 after a second signal, want non-zero; stderr:\n%s", p.stderr())
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the second signal took %s to stop the process", d)
+	}
 }
