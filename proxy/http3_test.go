@@ -390,9 +390,22 @@ func TestHTTP3ShutdownDeadline(t *testing.T) {
 }
 
 func TestHTTP3ListenFailsWhenUDPPortTaken(t *testing.T) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A UDP port whose TCP twin is free (the TCP port may be some connection's local port).
+	var pc net.PacketConn
+	for range 20 {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ln, err := net.Listen("tcp", c.LocalAddr().String()); err == nil {
+			ln.Close()
+			pc = c
+			break
+		}
+		c.Close()
+	}
+	if pc == nil {
+		t.Fatal("found no UDP port whose TCP twin is free")
 	}
 	defer pc.Close()
 	addr := pc.LocalAddr().String()
