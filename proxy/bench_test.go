@@ -64,12 +64,28 @@ func TestHandlerHotPathAllocs(t *testing.T) {
 // BenchmarkProxyHTTP1 measures whole requests through real loopback listeners: a raw
 // keep-alive HTTP/1.1 client, the proxy, and a minimal raw target. allocs/op is the whole
 // process (client, proxy and target).
-func BenchmarkProxyHTTP1(b *testing.B) {
+func BenchmarkProxyHTTP1(b *testing.B) { benchProxyHTTP1With(b, func(*Server) {}) }
+
+// BenchmarkProxyHTTP1Transport is BenchmarkProxyHTTP1 with http.Transport as the round
+// tripper, for the before/after comparison of the lean upstream.
+func BenchmarkProxyHTTP1Transport(b *testing.B) {
+	benchProxyHTTP1With(b, func(s *Server) { s.rt = s.transport })
+}
+
+// BenchmarkProxyHTTP1Lean is the same with the lean upstream (what New sets).
+func BenchmarkProxyHTTP1Lean(b *testing.B) {
+	benchProxyHTTP1With(b, func(s *Server) { s.rt = s.up })
+}
+
+// benchProxyHTTP1With runs BenchmarkProxyHTTP1 after set has adjusted the server.
+func benchProxyHTTP1With(b *testing.B, set func(*Server)) {
 	e := newEnv(b)
+	set(e.srv)
 	target := rawTarget(b)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
 	const raw = "GET /bench HTTP/1.1\r\nHost: app.example.test\r\nUser-Agent: bench\r\n\r\n"
 	b.ReportAllocs()
+	b.SetParallelism(8)
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		c, err := net.Dial("tcp", e.http)

@@ -683,46 +683,6 @@ func TestUpstreamDialFailureIsConnect(t *testing.T) {
 	}
 }
 
-// BenchmarkProxyHTTP1Transport is BenchmarkProxyHTTP1 with http.Transport as the round
-// tripper, for the before/after comparison of the lean upstream.
-func BenchmarkProxyHTTP1Transport(b *testing.B) {
-	benchProxyHTTP1With(b, func(s *Server) { s.rt = s.transport })
-}
-
-// BenchmarkProxyHTTP1Lean is the same with the lean upstream (what New sets).
-func BenchmarkProxyHTTP1Lean(b *testing.B) {
-	benchProxyHTTP1With(b, func(s *Server) { s.rt = s.up })
-}
-
-func benchProxyHTTP1With(b *testing.B, set func(*Server)) {
-	e := newEnv(b)
-	set(e.srv)
-	target := rawTarget(b)
-	e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
-	const raw = "GET /bench HTTP/1.1\r\nHost: app.example.test\r\nUser-Agent: bench\r\n\r\n"
-	b.ReportAllocs()
-	b.SetParallelism(8)
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", e.http)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReaderSize(c, 4096)
-		for pb.Next() {
-			if _, err := io.WriteString(c, raw); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := readRawResponse(br); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-}
-
 // TestUpstreamWireMatchesTransport checks that the lean path puts the same request bytes
 // on the wire as http.Transport does for the proxy's outbound requests (Host, no
 // User-Agent of net/http's own, Content-Length only where the Transport sends it).
