@@ -26,11 +26,9 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -38,6 +36,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/serve-zone/ingress/bench/internal/loadtool"
 )
 
 type config struct {
@@ -82,25 +82,15 @@ func main() {
 }
 
 func (c *config) check(caFile string) error {
-	h, _, err := net.SplitHostPort(c.addr)
-	if err != nil {
+	if err := loadtool.CheckLoopback("h3load", c.addr); err != nil {
 		return err
-	}
-	if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("h3load: %q is not a loopback address", c.addr)
 	}
 	if c.conns < 1 || c.streams < 1 || c.duration <= 0 {
 		return errors.New("h3load: -c, -m and -d must be positive")
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return err
-	}
-	c.roots = x509.NewCertPool()
-	if !c.roots.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("h3load: no certificate in %s", caFile)
-	}
-	return nil
+	roots, err := loadtool.ReadCA("h3load", caFile)
+	c.roots = roots
+	return err
 }
 
 // run measures until c.duration elapses or ctx ends; it returns once every worker has stopped
@@ -204,43 +194,13 @@ func get(ctx context.Context, t *http3.Transport, url string, deadline time.Time
 }
 
 func report(w io.Writer, s summary) {
-	var all []time.Duration
-	failed := 0
-	var firstErr error
+	sum := loadtool.Summary{Elapsed: s.elapsed, RateUnit: "req/s", Extra: []string{fmt.Sprintf("quic: %d dials, %s", s.dials, s.tls)}}
 	for _, r := range s.results {
-		all = append(all, r.latencies...)
-		failed += r.failed
-		if firstErr == nil {
-			firstErr = r.firstErr
+		sum.Latencies = append(sum.Latencies, r.latencies...)
+		sum.Failed += r.failed
+		if sum.FirstErr == nil {
+			sum.FirstErr = r.firstErr
 		}
 	}
-	slices.Sort(all)
-	secs := s.elapsed.Seconds()
-	fmt.Fprintf(w, "connections: %d ok, %d failed in %.2f s\n", len(all), failed, secs)
-	fmt.Fprintf(w, "rate: %.2f req/s\n", float64(len(all))/secs)
-	fmt.Fprintf(w, "latency ms: p50 %.3f p99 %.3f mean %.3f\n", ms(pct(all, 0.50)), ms(pct(all, 0.99)), ms(mean(all)))
-	fmt.Fprintf(w, "quic: %d dials, %s\n", s.dials, s.tls)
-	if firstErr != nil {
-		fmt.Fprintf(w, "first error: %v\n", firstErr)
-	}
+	loadtool.Write(w, sum)
 }
-
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[int(p*float64(len(sorted)-1))]
-}
-
-func mean(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, v := range d {
-		sum += v
-	}
-	return sum / time.Duration(len(d))
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -191,19 +191,3 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
-
-func TestPercentile(t *testing.T) {
-	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	tests := []struct {
-		p    float64
-		want time.Duration
-	}{{0.5, 5}, {0.99, 9}, {0, 1}, {1, 10}}
-	for _, tt := range tests {
-		if got := pct(d, tt.p); got != tt.want {
-			t.Errorf("pct(%v) = %v, want %v", tt.p, got, tt.want)
-		}
-	}
-	if pct(nil, 0.5) != 0 || mean(nil) != 0 {
-		t.Error("empty input must give 0")
-	}
-}

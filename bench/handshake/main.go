@@ -31,9 +31,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
 	"time"
+
+	"github.com/serve-zone/ingress/bench/internal/loadtool"
 )
 
 type config struct {
@@ -69,25 +70,15 @@ func main() {
 }
 
 func (c *config) check(caFile string) error {
-	h, _, err := net.SplitHostPort(c.addr)
-	if err != nil {
+	if err := loadtool.CheckLoopback("handshake", c.addr); err != nil {
 		return err
-	}
-	if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("handshake: %q is not a loopback address", c.addr)
 	}
 	if c.clients < 1 || c.duration <= 0 {
 		return errors.New("handshake: -c and -d must be positive")
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return err
-	}
-	c.roots = x509.NewCertPool()
-	if !c.roots.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("handshake: no certificate in %s", caFile)
-	}
-	return nil
+	roots, err := loadtool.ReadCA("handshake", caFile)
+	c.roots = roots
+	return err
 }
 
 func run(c config) ([]result, time.Duration) {
@@ -160,49 +151,20 @@ func once(addr string, conf *tls.Config, req []byte, deadline time.Time) (tls.Co
 }
 
 func report(w io.Writer, results []result, elapsed time.Duration) {
-	var all []time.Duration
-	failed := 0
-	var firstErr error
+	sum := loadtool.Summary{Elapsed: elapsed, RateUnit: "conn/s"}
 	negotiated := ""
 	for _, r := range results {
 		if negotiated == "" {
 			negotiated = r.tls
 		}
-		all = append(all, r.latencies...)
-		failed += r.failed
-		if firstErr == nil {
-			firstErr = r.firstErr
+		sum.Latencies = append(sum.Latencies, r.latencies...)
+		sum.Failed += r.failed
+		if sum.FirstErr == nil {
+			sum.FirstErr = r.firstErr
 		}
 	}
-	slices.Sort(all)
-	secs := elapsed.Seconds()
-	fmt.Fprintf(w, "connections: %d ok, %d failed in %.2f s\n", len(all), failed, secs)
-	fmt.Fprintf(w, "rate: %.2f conn/s\n", float64(len(all))/secs)
-	fmt.Fprintf(w, "latency ms: p50 %.3f p99 %.3f mean %.3f\n", ms(pct(all, 0.50)), ms(pct(all, 0.99)), ms(mean(all)))
 	if negotiated != "" {
-		fmt.Fprintf(w, "tls: %s\n", negotiated)
+		sum.Extra = []string{"tls: " + negotiated}
 	}
-	if firstErr != nil {
-		fmt.Fprintf(w, "first error: %v\n", firstErr)
-	}
+	loadtool.Write(w, sum)
 }
-
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[int(p*float64(len(sorted)-1))]
-}
-
-func mean(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, v := range d {
-		sum += v
-	}
-	return sum / time.Duration(len(d))
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/serve-zone/ingress/bench/internal/loadtool"
 )
 
 func main() {
@@ -50,12 +52,8 @@ func main() {
 }
 
 func open(addr, host, path string, n int) ([]net.Conn, error) {
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if err := loadtool.CheckLoopback("idleconns", addr); err != nil {
 		return nil, err
-	}
-	if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
-		return nil, fmt.Errorf("idleconns: %q is not a loopback address", addr)
 	}
 	if n < 1 {
 		return nil, errors.New("idleconns: -n must be at least 1")
