@@ -113,28 +113,11 @@ func TestPickPrefersUpAndLessLoaded(t *testing.T) {
 func TestFailureMapping(t *testing.T) {
 	// A raw target that misbehaves in a chosen way after reading the request header.
 	rawTarget := func(t *testing.T, act func(net.Conn)) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					br := bufio.NewReader(c)
-					if _, err := http.ReadRequest(br); err != nil {
-						return
-					}
-					act(c)
-				}()
+		return rawServer(t, func(c net.Conn) {
+			if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+				act(c)
 			}
-		}()
-		return ln.Addr().String()
+		})
 	}
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
@@ -177,21 +160,11 @@ func TestFailureMapping(t *testing.T) {
 
 func TestTruncatedBodyAbortsAndCounts(t *testing.T) {
 	e := newEnv(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
+	target := rawServer(t, func(c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly a part")
-		c.Close()
-	}()
-	e.apply([]routeSpec{{host: "app.example.test", backends: []string{ln.Addr().String()}}})
+	})
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
 	req, _ := http.NewRequest("GET", "http://app.example.test/", nil)
 	res, err := e.h1Client().Do(req)
 	if err != nil {

@@ -310,3 +310,44 @@ func (e *env) waitRequests(hostname string, n uint64) {
 	e.t.Helper()
 	waitFor(e.t, hostname+" requests", func() bool { return e.stat(hostname).Requests == n })
 }
+
+// rawServer listens on loopback and runs handle for every accepted connection in its own
+// goroutine, closing the connection when handle returns. The test's cleanup closes the
+// listener and every open connection and waits for the goroutines.
+func rawServer(t testing.TB, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				handle(c)
+			})
+		}
+	})
+	return ln.Addr().String()
+}

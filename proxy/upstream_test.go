@@ -167,32 +167,17 @@ func TestUpstreamPoolIsBounded(t *testing.T) {
 // closes the connection, as a target whose keep-alive timeout fired would.
 func closingTarget(t testing.TB) (addr string, accepted *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	accepted = new(atomic.Int64)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			wg.Go(func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			})
+	addr = rawServer(t, func(c net.Conn) {
+		accepted.Add(1)
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
 		}
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 	})
-	return ln.Addr().String(), accepted
+	return addr, accepted
 }
 
 func TestUpstreamStaleConnection(t *testing.T) {
@@ -332,31 +317,18 @@ func TestUpstreamConnectionCloseHonoured(t *testing.T) {
 }
 
 func TestUpstreamHTTP10WithoutKeepAliveNotReused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				http.ReadRequest(bufio.NewReader(c))
-				io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				time.Sleep(time.Second) // keep it open: only the header says "close"
-			}()
-		}
-	}()
+	addr := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		http.ReadRequest(br)
+		io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		io.Copy(io.Discard, br) // keep it open: only the header says "close"
+	})
 	u, _ := newTestUpstream(t, 5*time.Second)
-	_, body, err := doUp(t, u, upReq(t, "GET", ln.Addr().String(), "/", nil))
+	_, body, err := doUp(t, u, upReq(t, "GET", addr, "/", nil))
 	if err != nil || body != "ok" {
 		t.Fatalf("%v %q", err, body)
 	}
-	if n := u.idleConns(ln.Addr().String()); n != 0 {
+	if n := u.idleConns(addr); n != 0 {
 		t.Errorf("HTTP/1.0 connection without keep-alive went idle")
 	}
 }
@@ -603,17 +575,7 @@ func TestUpstreamBodyClose(t *testing.T) {
 }
 
 func TestUpstreamHeaderLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	addr := rawServer(t, func(c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
 		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
 		line := "X-Big: " + strings.Repeat("a", 1000) + "\r\n"
@@ -622,10 +584,10 @@ func TestUpstreamHeaderLimit(t *testing.T) {
 				return
 			}
 		}
-	}()
+	})
 	u, _ := newTestUpstream(t, 5*time.Second)
 	u.maxHeader = 64 << 10
-	_, err = u.RoundTrip(upReq(t, "GET", ln.Addr().String(), "/", nil))
+	_, err := u.RoundTrip(upReq(t, "GET", addr, "/", nil))
 	if !errors.Is(err, errResponseHeaderTooLong) {
 		t.Fatalf("err %v, want the header limit", err)
 	}
@@ -687,43 +649,29 @@ func TestUpstreamDialFailureIsConnect(t *testing.T) {
 // on the wire as http.Transport does for the proxy's outbound requests (Host, no
 // User-Agent of net/http's own, Content-Length only where the Transport sends it).
 func TestUpstreamWireMatchesTransport(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	got := make(chan string, 1)
-	go func() {
+	target := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					var sb strings.Builder
-					req.Header.Del("X-Forwarded-For") // the client's port differs per run
-					req.Header.Del("Forwarded")
-					fmt.Fprintf(&sb, "%s %s %s host=%s cl=%d te=%v\n", req.Method, req.RequestURI, req.Proto, req.Host, req.ContentLength, req.TransferEncoding)
-					req.Header.Write(&sb)
-					b, _ := io.ReadAll(req.Body)
-					sb.Write(b)
-					got <- sb.String()
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-				}
-			}()
+			var sb strings.Builder
+			req.Header.Del("X-Forwarded-For") // the client's port differs per run
+			req.Header.Del("Forwarded")
+			fmt.Fprintf(&sb, "%s %s %s host=%s cl=%d te=%v\n", req.Method, req.RequestURI, req.Proto, req.Host, req.ContentLength, req.TransferEncoding)
+			req.Header.Write(&sb)
+			b, _ := io.ReadAll(req.Body)
+			sb.Write(b)
+			got <- sb.String()
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 		}
-	}()
+	})
 	viaTransport, viaLean := newEnv(t), newEnv(t)
 	viaTransport.srv.rt = viaTransport.srv.transport
 	for _, e := range []*env{viaTransport, viaLean} {
-		e.apply([]routeSpec{{host: "app.example.test", backends: []string{ln.Addr().String()}}})
+		e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
 	}
 	send := func(e *env, method, body string, ua bool) string {
 		c := e.h1Client()

@@ -78,24 +78,12 @@ func TestWebSocketEchoSurvivesSwaps(t *testing.T) {
 func TestWebSocketHandshakeFailures(t *testing.T) {
 	e := newEnv(t)
 	refuse := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) }))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			http.ReadRequest(bufio.NewReader(c))
-			c.Close() // breaks the handshake without an answer
-		}
-	}()
+	broken := rawServer(t, func(c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c)) // then closes: breaks the handshake without an answer
+	})
 	e.apply([]routeSpec{
 		{host: "refuse.example.test", backends: []string{refuse}},
-		{host: "broken.example.test", backends: []string{ln.Addr().String()}},
+		{host: "broken.example.test", backends: []string{broken}},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
