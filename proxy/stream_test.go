@@ -86,6 +86,7 @@ func TestStreamingIsFlat(t *testing.T) {
 	if grown > 48<<20 {
 		t.Errorf("heap grew by %d MiB: a body is being buffered", grown>>20)
 	}
+	e.waitRequests("app.example.test", 2) // a request is counted just after its response is flushed
 	st := e.stat("app.example.test")
 	if st.BytesIn < uint64(size) || st.BytesOut < uint64(size) {
 		t.Errorf("bytes not accounted: %+v", st)
