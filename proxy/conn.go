@@ -60,6 +60,11 @@ type clientConn struct {
 
 	acctRead, acctWrite int64       // positions already attributed to a request
 	lastHost            *stats.Host // hostname of the last request; nil for unknown hosts
+
+	// pending holds bytes the fast path read but did not consume before it handed the
+	// connection to net/http (h1serve.go); Read returns them first. They were counted
+	// when they were read.
+	pending []byte
 }
 
 type connKey struct{}
@@ -79,6 +84,11 @@ func connOf(r *http.Request) *clientConn {
 }
 
 func (c *clientConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
 	if c.tc != nil && !c.handshook.Load() {
 		if err := c.handshake(); err != nil {
 			return 0, err

@@ -104,6 +104,10 @@ type Server struct {
 	handler   *handler
 
 	httpSrv, httpsSrv *http.Server
+	// hoHTTP and hoHTTPS feed httpSrv and httpsSrv the connections the fast HTTP/1.1
+	// path hands off (h1serve.go); h1 tracks the connections it serves itself.
+	hoHTTP, hoHTTPS *handoffListener
+	h1              h1Set
 	h3                h3Server // HTTP/3 on UDP (http3.go)
 	stapler           *stapler // OCSP staples for the table's certificates (ocsp.go)
 
@@ -238,9 +242,11 @@ func (s *Server) Listen() error {
 	}
 	if httpLn != nil {
 		s.httpLn = &plainListener{Listener: httpLn, s: s}
+		s.hoHTTP = newHandoffListener(httpLn.Addr())
 	}
 	if httpsLn != nil {
 		s.httpsLn = &tlsListener{Listener: httpsLn, s: s}
+		s.hoHTTPS = newHandoffListener(httpsLn.Addr())
 	}
 	s.setHTTP3Conn(udp)
 	return nil
@@ -289,13 +295,14 @@ func (s *Server) Serve(ctx context.Context) error {
 	type pair struct {
 		srv *http.Server
 		ln  net.Listener
+		ho  *handoffListener
 	}
 	var pairs []pair
 	if s.httpLn != nil {
-		pairs = append(pairs, pair{s.httpSrv, s.httpLn})
+		pairs = append(pairs, pair{s.httpSrv, s.httpLn, s.hoHTTP})
 	}
 	if s.httpsLn != nil {
-		pairs = append(pairs, pair{s.httpsSrv, s.httpsLn})
+		pairs = append(pairs, pair{s.httpsSrv, s.httpsLn, s.hoHTTPS})
 	}
 	udp := s.h3.pc
 	tlsOn := s.httpsLn != nil
@@ -304,10 +311,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, len(pairs)+1)
 	var wg sync.WaitGroup
 	for _, p := range pairs {
+		// Connections start on the fast HTTP/1.1 path (acceptLoop); net/http serves
+		// those it hands off.
 		wg.Go(func() {
-			if err := p.srv.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.acceptLoop(p.ln, p.ho); err != nil {
 				errc <- err
 				s.closeNow() // one listener failing stops the other
+			}
+		})
+		wg.Go(func() {
+			if err := serveHandoffs(p.srv, p.ho); err != nil {
+				errc <- err
+				s.closeNow()
 			}
 		})
 	}
@@ -352,7 +367,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		<-s.shutDone // Serve owns the drain: return only when it is over
 	}
 	// Hijacked connections (WebSockets) outlive http.Server.Serve; their handler
-	// goroutines are ours to wait for, and so are the QUIC connection watchers.
+	// goroutines are ours to wait for, and so are the fast path's connections and the
+	// QUIC connection watchers.
+	s.h1.wg.Wait()
 	s.tunnels.wg.Wait()
 	s.h3.conns.Wait()
 	select {
@@ -375,12 +392,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.ready.Store(false)
 	s.tunnels.refuseNew()
+	s.closeTCPListeners() // no new connections; the fast path's loops end
 	var wg sync.WaitGroup
 	for _, srv := range []*http.Server{s.httpSrv, s.httpsSrv} {
 		if srv != nil {
 			wg.Go(func() { _ = srv.Shutdown(ctx) })
 		}
 	}
+	wg.Go(func() { s.shutdownH1(ctx) })
 	wg.Go(func() { s.shutdownHTTP3(ctx) })
 	wg.Wait()
 	s.closeListeners()
@@ -404,12 +423,20 @@ func (s *Server) closeNow() {
 	}
 	s.closeHTTP3()
 	s.closeListeners()
+	s.h1.closeAll()
 	s.tunnels.closeAll()
 	s.transport.CloseIdleConnections()
 	s.up.closeIdle()
 }
 
 func (s *Server) closeListeners() {
+	s.closeTCPListeners()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopHTTP3()
+}
+
+func (s *Server) closeTCPListeners() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ln := range []net.Listener{s.httpLn, s.httpsLn} {
@@ -417,7 +444,21 @@ func (s *Server) closeListeners() {
 			_ = ln.Close()
 		}
 	}
-	s.stopHTTP3()
+}
+
+// shutdownH1 drains the fast path's connections: idle ones close now, busy ones after
+// their response (which says Connection: close); when ctx ends first, all close.
+func (s *Server) shutdownH1(ctx context.Context) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.h1.closeIdle() > 0 {
+		select {
+		case <-ctx.Done():
+			s.h1.closeAll()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // mustStdLogAt adapts l to the *log.Logger net/http wants, at level lvl: the server's own

@@ -369,9 +369,11 @@ type upPool struct {
 
 // get pops the most recently idled connection, or nil. When that one has expired, every
 // idle connection has (they are ordered), and all are closed.
-func (p *upPool) get(u *upstream) *upConn {
+func (p *upPool) get(u *upstream) *upConn { return p.getAt(u, u.now()) }
+
+// getAt is get with the clock read by the caller.
+func (p *upPool) getAt(u *upstream, now time.Time) *upConn {
 	for {
-		now := u.now()
 		var uc *upConn
 		var expired []*upConn
 		p.mu.Lock()

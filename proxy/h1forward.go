@@ -1,0 +1,712 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// serveRequest answers the request whose head is rbuf[r:r+headLen] (its body, if any,
+// follows it in rbuf) and does its accounting. It reports whether the connection stays
+// open.
+func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
+	s := c.s
+	req := &w.req
+	c.now = time.Now()
+	c.served++
+	consumed := headLen + int(req.contentLength)
+	body := c.rbuf[c.r+headLen : c.r+consumed]
+	closeAfter := req.connClose || s.draining.Load()
+	s.totals.InFlight(1)
+
+	var (
+		e      *routetable.Entry
+		status int
+		lease  string
+		abort  bool
+	)
+	t := s.tables.Load()
+	switch {
+	case t == nil:
+		status = c.answer(w, outcomeNoTable, closeAfter)
+	default:
+		e = t.Lookup(unsafe.String(&req.host[0], len(req.host)))
+		switch {
+		case e == nil:
+			s.totals.UnknownHost()
+			status = c.answer(w, outcomeUnknownHost, closeAfter)
+		default:
+			if cc := c.cc; !cc.counted.Load() && cc.counted.CompareAndSwap(false, true) {
+				e.Stats.Connection()
+			}
+			if !c.secure && e.TLS != nil && e.TLS.RedirectHTTP {
+				status = c.redirect(w, closeAfter)
+			} else {
+				status, lease, abort = c.forward(w, e, body, closeAfter)
+			}
+		}
+	}
+
+	// Accounting: exactly this request's bytes in, and what was written for it.
+	cc := c.cc
+	in := int64(consumed)
+	wr := cc.writeN.Load()
+	out := wr - cc.acctWrite
+	cc.acctWrite = wr
+	cc.acctRead += in
+	cc.lastHost = nil
+	if e != nil {
+		cc.lastHost = e.Stats
+		e.Stats.Request(in, out)
+	}
+	s.totals.Request(stats.ProtoHTTP1, statusForTotals(status), in, out)
+	s.totals.InFlight(-1)
+	if s.accessLog != nil {
+		c.logAccess(req, e, status, in, out, lease)
+	}
+	c.r += consumed
+	return !closeAfter && !abort
+}
+
+// answer writes o's fixed response (errors.go has the texts) and returns its status.
+func (c *h1Conn) answer(w *h1Work, o outcome, closeAfter bool) int {
+	code := o.status()
+	eb := errorBodies[code]
+	b := append(w.wb[:0], "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(code)...)
+	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(eb.text)), 10)
+	b = append(b, "\r\n"...)
+	switch o {
+	case outcomeNoTable, outcomeUnavailable:
+		b = append(b, "Retry-After: 5\r\n"...)
+	case outcomeMethodNotAllowed:
+		b = append(b, "Allow: "...)
+		b = append(b, valAllow[0]...)
+		b = append(b, "\r\n"...)
+	}
+	b = c.appendCommon(b, false, closeAfter)
+	b = append(b, "\r\n"...)
+	b = append(b, eb.text...)
+	w.wb = b
+	_, _ = c.cc.Write(b)
+	return code
+}
+
+// redirect answers 308 to the same host (without its port) on the HTTPS listener.
+func (c *h1Conn) redirect(w *h1Work, closeAfter bool) int {
+	host := w.req.host
+	if i := lastIndexByte(host, ':'); i >= 0 && indexByte(host[i:], ']') < 0 {
+		host = host[:i]
+	}
+	b := append(w.wb[:0], "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://"...)
+	b = append(b, host...)
+	b = append(b, c.s.httpsPort...)
+	b = append(b, w.req.target()...)
+	b = append(b, "\r\nContent-Length: 0\r\n"...)
+	b = c.appendCommon(b, false, closeAfter)
+	b = append(b, "\r\n"...)
+	w.wb = b
+	_, _ = c.cc.Write(b)
+	return http.StatusPermanentRedirect
+}
+
+// appendCommon adds what every response on this connection carries: Date (unless the
+// target sent one), Alt-Svc when HTTP/3 is announced, Connection: close when closing.
+func (c *h1Conn) appendCommon(b []byte, hasDate, closeAfter bool) []byte {
+	if !hasDate {
+		b = append(b, "Date: "...)
+		b = appendDate(b, c.now)
+		b = append(b, "\r\n"...)
+	}
+	if c.altSvc {
+		b = append(b, "Alt-Svc: "...)
+		b = append(b, c.s.h3.altSvc[0]...)
+		b = append(b, "\r\n"...)
+	}
+	if closeAfter {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	return b
+}
+
+// forward sends the request to one of the route's targets and relays the answer. A
+// connect failure marks the target down and tries another one (the body is in memory,
+// nothing was sent); nothing else is retried. abort means the response was broken off
+// and the connection must close.
+func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte, closeAfter bool) (status int, lease string, abort bool) {
+	s := c.s
+	c.buildRequest(w, body)
+	var tried uint64
+	last := outcomeConnect
+	for {
+		i := pick(e.Backends, tried)
+		if i < 0 {
+			return c.answer(w, last, closeAfter), "", false
+		}
+		tried |= 1 << i
+		b := e.Backends[i]
+		b.State.InFlight.Add(1)
+		uc, err := c.exchange(w, b.Addr)
+		if err == nil {
+			markUp(b)
+			status, abort = c.relay(w, uc, e, closeAfter)
+			b.State.InFlight.Add(-1)
+			return status, b.LeaseID, abort
+		}
+		b.State.InFlight.Add(-1)
+		last = classifyUpstream(err)
+		if last == outcomeConnect {
+			markDown(b)
+		}
+		s.countFailure(last, e.Stats)
+		switch last {
+		case outcomeConnect:
+		case outcomeClientGone:
+			return 0, "", true
+		default:
+			return c.answer(w, last, closeAfter), "", false
+		}
+	}
+}
+
+// h1ClientWatch is how often a client is checked while its target thinks.
+const h1ClientWatch = time.Second
+
+var errClientGone = errors.New("proxy: client went away")
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// rawConn returns the client's TCP connection for polling (nil if it has none).
+func (c *h1Conn) rawConn() syscall.RawConn {
+	if c.raw == nil {
+		var nc net.Conn = c.cc.Conn
+		if c.cc.tc != nil {
+			nc = c.cc.tc.NetConn()
+		}
+		if sc, ok := nc.(syscall.Conn); ok {
+			c.raw, _ = sc.SyscallConn()
+		}
+	}
+	return c.raw
+}
+
+func classifyUpstream(err error) outcome {
+	if err == errClientGone {
+		return outcomeClientGone
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		return outcomeConnect
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return outcomeTimeout
+	}
+	return outcomeRequest
+}
+
+// buildRequest writes the outgoing request into w.wb: the request line, the client's
+// fields without hop-by-hop ones, the forwarding fields, then the body.
+func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
+	req := &w.req
+	head := req.head
+	b := append(w.wb[:0], req.method()...)
+	b = append(b, ' ')
+	b = append(b, req.target()...)
+	b = append(b, " HTTP/1.1\r\n"...)
+	var priorXFF, priorFwd int
+	var hasXFP, hasXFH bool
+	for i := range req.fields {
+		f := &req.fields[i]
+		switch f.kind {
+		case fkDrop, fkConnection, fkTE:
+			continue
+		case fkXFF, fkXFProto, fkXFHost, fkForwarded, fkXRealIP:
+			if !c.trusted {
+				continue
+			}
+			switch f.kind {
+			case fkXFF:
+				priorXFF++
+				continue
+			case fkForwarded:
+				priorFwd++
+				continue
+			case fkXFProto:
+				hasXFP = true
+			case fkXFHost:
+				hasXFH = true
+			}
+		}
+		b = append(b, head[f.ns:f.ve]...) // name, colon, whitespace and value, as sent
+		b = append(b, "\r\n"...)
+	}
+	if req.teTrailers {
+		b = append(b, "Te: trailers\r\n"...)
+	}
+	proto := "http"
+	if c.secure {
+		proto = "https"
+	}
+	b = append(b, "X-Forwarded-For: "...)
+	b = appendPrior(b, req, fkXFF, priorXFF)
+	b = append(b, c.ip...)
+	b = append(b, "\r\nForwarded: "...)
+	b = appendPrior(b, req, fkForwarded, priorFwd)
+	b = append(b, "for="...)
+	if indexByte([]byte(c.ip), ':') >= 0 {
+		b = append(b, `"[`...)
+		b = append(b, c.ip...)
+		b = append(b, `]"`...)
+	} else {
+		b = append(b, c.ip...)
+	}
+	b = append(b, ";host="...)
+	if isTokenBytes(req.host) {
+		b = append(b, req.host...)
+	} else {
+		b = appendQuoted(b, req.host)
+	}
+	b = append(b, ";proto="...)
+	b = append(b, proto...)
+	b = append(b, "\r\n"...)
+	if !hasXFP {
+		b = append(b, "X-Forwarded-Proto: "...)
+		b = append(b, proto...)
+		b = append(b, "\r\n"...)
+	}
+	if !hasXFH {
+		b = append(b, "X-Forwarded-Host: "...)
+		b = append(b, req.host...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	b = append(b, body...)
+	w.wb = b
+}
+
+// appendPrior appends the values of the n fields of kind k, each followed by ", ".
+func appendPrior(b []byte, req *h1Req, k uint8, n int) []byte {
+	if n == 0 {
+		return b
+	}
+	for i := range req.fields {
+		if f := &req.fields[i]; f.kind == k {
+			b = append(b, f.value(req.head)...)
+			b = append(b, ", "...)
+		}
+	}
+	return b
+}
+
+// exchange sends w.wb to addr over a pooled or new connection and reads the response
+// head into w.up. A pooled connection that turns out dead before any response byte is
+// replaced once by a new one under the rule the lean upstream applies (retryable).
+func (c *h1Conn) exchange(w *h1Work, addr string) (*upConn, error) {
+	u := c.s.up
+	p := u.pool(addr)
+	uc := p.getAt(u, c.now)
+	for retried := false; ; retried = true {
+		reused := uc != nil
+		if !reused {
+			nc, err := u.dial(context.Background(), "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			uc = newUpConn(nc, p)
+		}
+		err := c.roundTrip(w, uc)
+		if err == nil {
+			return uc, nil
+		}
+		if reused && !retried && uc.read == 0 && connLost(err) && (uc.wrote == 0 || replayable(&w.req)) {
+			uc = nil
+			continue
+		}
+		return nil, err
+	}
+}
+
+// replayable: a request that may be sent again after a reused connection died under it
+// (http.Transport's rule): no body, and an idempotent method or an idempotency key.
+func replayable(req *h1Req) bool {
+	if req.contentLength > 0 {
+		return false
+	}
+	switch string(req.method()) {
+	case "GET", "HEAD", "OPTIONS", "TRACE":
+		return true
+	}
+	for i := range req.fields {
+		n := req.fields[i].name(req.head)
+		if eqFold(n, "idempotency-key") || eqFold(n, "x-idempotency-key") {
+			return true
+		}
+	}
+	return false
+}
+
+// roundTrip writes the request and reads the response head (skipping 1xx interim
+// answers). On error uc is closed.
+func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
+	u := c.s.up
+	uc.read, uc.wrote = 0, 0
+	n, err := uc.c.Write(w.wb)
+	uc.wrote = int64(n)
+	if err != nil {
+		uc.close()
+		return err
+	}
+	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
+	// so that a client that went away does not leave its request running on the target
+	// (we read nothing from the client meanwhile, unlike net/http's background read).
+	deadline := c.now.Add(u.headerTimeout)
+	next := c.now.Add(h1ClientWatch)
+	_ = uc.c.SetReadDeadline(earliest(deadline, next))
+	buf := w.up[h1Headroom:]
+	filled, scanned := 0, 0
+	for n1xx := 0; ; {
+		if filled == len(buf) {
+			if int64(len(buf)) >= u.maxHeader {
+				uc.close()
+				return errResponseHeaderTooLong
+			}
+			nb := make([]byte, h1Headroom+2*len(buf))
+			copy(nb[h1Headroom:], buf[:filled])
+			w.up = nb
+			buf = nb[h1Headroom:]
+		}
+		nr, rerr := uc.c.Read(buf[filled:])
+		filled += nr
+		uc.read += int64(nr)
+		if hl := headEnd(buf[:filled], scanned); hl >= 0 {
+			if err := parseResponse(&w.res, buf[:hl], w.resFields[:]); err != nil {
+				uc.close()
+				return err
+			}
+			if st := w.res.status; st < 200 {
+				if st == http.StatusSwitchingProtocols {
+					uc.close()
+					return errUnexpectedUpgrade
+				}
+				if n1xx++; n1xx > upMax1xx {
+					uc.close()
+					return errTooMany1xx
+				}
+				filled = copy(buf, buf[hl:filled])
+				scanned = 0
+				continue
+			}
+			w.resHead, w.filled = hl, filled
+			return nil
+		}
+		scanned = filled
+		if rerr != nil {
+			var ne net.Error
+			timeout := errors.As(rerr, &ne) && ne.Timeout()
+			if timeout {
+				if now := time.Now(); now.Before(deadline) {
+					if peerHungUp(c.rawConn()) {
+						uc.close()
+						return errClientGone
+					}
+					_ = uc.c.SetReadDeadline(earliest(deadline, now.Add(h1ClientWatch)))
+					continue
+				}
+			}
+			uc.close()
+			switch {
+			case timeout:
+				return errResponseHeaderTimeout
+			case rerr == io.EOF && filled > 0:
+				return io.ErrUnexpectedEOF
+			}
+			return rerr
+		}
+	}
+}
+
+// Body framing of a relayed response.
+const (
+	frameNone    = iota // no body (HEAD, 204, 304)
+	frameLength         // Content-Length
+	frameChunked        // chunked, passed through verbatim
+	frameClose          // until the target closes: re-framed as chunked for the client
+)
+
+// relay writes the target's response to the client and copies its body, then hands uc
+// back to its pool when the exchange ended cleanly.
+func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry, closeAfter bool) (status int, abort bool) {
+	res := &w.res
+	frame := frameClose
+	switch {
+	case string(w.req.method()) == "HEAD" || res.status == 204 || res.status == 304:
+		frame = frameNone
+	case res.chunked:
+		frame = frameChunked
+	case res.contentLength >= 0:
+		frame = frameLength
+	}
+	keepUp := !res.connClose && frame != frameClose
+
+	// The head.
+	head := res.head
+	b := append(w.wb[:0], "HTTP/1.1 "...)
+	b = append(b, head[len("HTTP/1.1 "):res.reasonE]...)
+	b = append(b, "\r\n"...)
+	for i := range res.fields {
+		f := &res.fields[i]
+		switch f.kind {
+		case fkDrop, fkConnection, fkKeepAlive, fkTransferEncoding:
+			continue
+		case fkAltSvc:
+			if c.altSvc {
+				continue // we are the origin the client talks to
+			}
+		case fkContentLength:
+			if frame == frameChunked {
+				continue
+			}
+		}
+		b = append(b, head[f.ns:f.ve]...)
+		b = append(b, "\r\n"...)
+	}
+	if frame == frameChunked || frame == frameClose {
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	}
+	b = c.appendCommon(b, res.hasDate, closeAfter)
+	b = append(b, "\r\n"...)
+	w.wb = b
+
+	buf := w.up[h1Headroom:]
+	start := w.resHead
+	got := buf[start:w.filled] // body bytes that came with the head
+	status = res.status
+
+	var sc chunkScanner
+	var remaining int64
+	var first []byte
+	done := false
+	switch frame {
+	case frameNone:
+		done = true
+		keepUp = keepUp && len(got) == 0
+	case frameLength:
+		remaining = res.contentLength
+		k := min(int64(len(got)), remaining)
+		first, remaining = got[:k], remaining-k
+		keepUp = keepUp && int64(len(got)) <= res.contentLength
+		done = remaining == 0
+	case frameChunked:
+		n, fin, err := sc.scan(got)
+		if err != nil {
+			// Nothing reached the client yet: it gets a 502 instead of a broken body.
+			uc.close()
+			c.s.countFailure(outcomeRequest, e.Stats)
+			return c.answer(w, outcomeRequest, true), true
+		}
+		first, done = got[:n], fin
+		keepUp = keepUp && (!fin || n == len(got))
+	case frameClose:
+		if len(got) > 0 {
+			// Re-framed below, after the head.
+			b = appendChunk(b, got)
+			w.wb = b
+		}
+	}
+
+	// Head and first body bytes in one write: the head goes just before the body in
+	// the headroom (the target's own head, which it replaces, is usually longer).
+	var out []byte
+	if len(first) > 0 && len(b) <= h1Headroom+start {
+		at := h1Headroom + start - len(b)
+		copy(w.up[at:], b)
+		out = w.up[at : h1Headroom+start+len(first)]
+	} else {
+		out = append(b, first...)
+		w.wb = out
+	}
+	if _, err := c.cc.Write(out); err != nil {
+		uc.close()
+		return status, true
+	}
+	if done {
+		c.s.up.putBack(uc, keepUp, c.now)
+		return status, false
+	}
+
+	// The rest of the body, as it comes (so event streams flow).
+	_ = uc.c.SetReadDeadline(time.Time{})
+	for {
+		nr, rerr := uc.c.Read(buf)
+		if nr > 0 {
+			chunk := buf[:nr]
+			switch frame {
+			case frameLength:
+				k := min(int64(nr), remaining)
+				keepUp = keepUp && int64(nr) <= remaining
+				chunk, remaining = chunk[:k], remaining-k
+				done = remaining == 0
+			case frameChunked:
+				n, fin, err := sc.scan(chunk)
+				if err != nil {
+					return c.brokenBody(uc, e, status, err)
+				}
+				keepUp = keepUp && (!fin || n == nr)
+				chunk, done = chunk[:n], fin
+			case frameClose:
+				w.wb = appendChunk(w.wb[:0], chunk)
+				chunk = w.wb
+			}
+			if _, err := c.cc.Write(chunk); err != nil {
+				uc.close()
+				return status, true
+			}
+			if done {
+				c.s.up.putBack(uc, keepUp, time.Now())
+				return status, false
+			}
+		}
+		if rerr != nil {
+			if frame == frameClose && rerr == io.EOF {
+				uc.close()
+				if _, err := c.cc.Write(lastChunk); err != nil {
+					return status, true
+				}
+				return status, false
+			}
+			return c.brokenBody(uc, e, status, rerr)
+		}
+	}
+}
+
+var lastChunk = []byte("0\r\n\r\n")
+
+// brokenBody ends a response whose body the target broke off: a request failure, and
+// the client's connection closes so that it never takes the truncated body for whole.
+func (c *h1Conn) brokenBody(uc *upConn, e *routetable.Entry, status int, _ error) (int, bool) {
+	uc.close()
+	c.s.countFailure(outcomeRequest, e.Stats)
+	return status, true
+}
+
+func appendChunk(b, data []byte) []byte {
+	b = strconv.AppendInt(b, int64(len(data)), 16)
+	b = append(b, "\r\n"...)
+	b = append(b, data...)
+	return append(b, "\r\n"...)
+}
+
+// putBack returns uc to its pool after a clean exchange, else closes it.
+func (u *upstream) putBack(uc *upConn, keep bool, now time.Time) {
+	if keep && !u.closed.Load() {
+		uc.idleAt = now
+		if uc.pool.put(uc, u.maxIdle) {
+			return
+		}
+	}
+	uc.close()
+}
+
+func (c *h1Conn) logAccess(req *h1Req, e *routetable.Entry, status int, in, out int64, lease string) {
+	host := string(req.host)
+	if e != nil {
+		host = e.Hostname
+	}
+	path := req.target()
+	if i := indexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	c.s.accessLog.Info("request",
+		zap.String("host", host),
+		zap.ByteString("method", req.method()),
+		zap.ByteString("path", path),
+		zap.Int("status", statusForTotals(status)),
+		zap.Int64("bytesIn", in),
+		zap.Int64("bytesOut", out),
+		zap.Duration("duration", time.Since(c.now)),
+		zap.String("lease", lease),
+		zap.String("proto", stats.ProtoHTTP1.String()),
+	)
+}
+
+// Small helpers on byte slices.
+
+func indexByte(b []byte, c byte) int {
+	for i := range b {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func lastIndexByte(b []byte, c byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func isTokenBytes(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tchar[c] {
+			return false
+		}
+	}
+	return true
+}
+
+func appendQuoted(b, s []byte) []byte {
+	b = append(b, '"')
+	for _, c := range s {
+		if c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, c)
+	}
+	return append(b, '"')
+}
+
+// The Date header value, formatted once per second.
+type dateValue struct {
+	sec int64
+	b   []byte
+}
+
+var dateCache atomic.Pointer[dateValue]
+
+func appendDate(b []byte, now time.Time) []byte {
+	sec := now.Unix()
+	if d := dateCache.Load(); d != nil && d.sec == sec {
+		return append(b, d.b...)
+	}
+	d := &dateValue{sec: sec, b: now.UTC().AppendFormat(nil, http.TimeFormat)}
+	dateCache.Store(d)
+	return append(b, d.b...)
+}

@@ -1,0 +1,390 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/stats"
+)
+
+// The fast HTTP/1.1 path.
+//
+// Every TCP connection (plain or TLS) starts here, on one goroutine that reads requests
+// into its own buffer, parses them in place (h1parse.go), forwards them to a target over
+// the lean upstream's pooled connections and relays the answer (h1forward.go): no
+// goroutine hand-off, no header maps, no background read per request, one write per
+// response when it fits. This is what makes HTTP/1.1 keep-alive traffic cheap (see
+// bench/README.md for the before and after).
+//
+// Whatever the fast path does not handle goes to net/http for the rest of the
+// connection's life ("hand-off"): a TLS connection that negotiated h2, the h2c preface,
+// HTTP/1.0, WebSocket and other upgrades, Expect, chunked or large request bodies, heads
+// larger than the buffer, and anything its strict parser does not accept. The bytes
+// already read are replayed to net/http first (clientConn.pending), so nothing is lost,
+// and the byte counters carry on where they were.
+
+const (
+	// h1ReadBuf is the per-connection read buffer: a request head plus its body must fit
+	// for the fast path (larger ones are handed off).
+	h1ReadBuf = 8 << 10
+	// h1Headroom is room before the upstream read buffer where the response head is
+	// written so that head and first body bytes leave in one write.
+	h1Headroom = 1 << 10
+	// h1UpBuf is the upstream read buffer (response head and body chunks).
+	h1UpBuf = 32 << 10
+	// h1IdleSlack: the idle deadline is renewed only when it is at least this old, which
+	// saves a timer update per request on busy connections.
+	h1IdleSlack = time.Second
+)
+
+const (
+	h1Idle int32 = iota
+	h1Active
+	h1Closing
+)
+
+// h1Conn is one client connection on the fast path. Its fields belong to its goroutine,
+// except state, which Shutdown reads and swaps.
+type h1Conn struct {
+	s       *Server
+	cc      *clientConn
+	ho      *handoffListener
+	rbuf    []byte
+	r, w    int // rbuf[r:w] is read but not yet consumed
+	scanned int // how far rbuf[r:w] was searched for the end of a head
+	state   atomic.Int32
+
+	secure  bool
+	altSvc  bool
+	ip      string
+	trusted bool
+	raw     syscall.RawConn // the client's TCP connection, for peerHungUp; set lazily
+
+	dlIdle  bool      // the read deadline set is the idle one, set at dlSetAt
+	dlSetAt time.Time // when the idle deadline was set
+	served  int
+	now     time.Time // read once per request
+}
+
+// h1Work is what one request needs beyond the connection: parsed heads, the outgoing
+// buffer and the upstream read buffer. It is pooled, so idle connections hold none.
+type h1Work struct {
+	req       h1Req
+	res       h1Res
+	reqFields [h1MaxFields]h1Field
+	resFields [h1MaxFields]h1Field
+	wb        []byte
+	ubuf      [h1Headroom + h1UpBuf]byte
+	up        []byte // ubuf, or a larger buffer for a huge response head
+	resHead   int    // length of the response head in up[h1Headroom:]
+	filled    int    // bytes read into up[h1Headroom:]
+}
+
+var h1Works = sync.Pool{New: func() any {
+	w := &h1Work{wb: make([]byte, 0, 4<<10)}
+	w.up = w.ubuf[:]
+	return w
+}}
+
+func getWork() *h1Work { return h1Works.Get().(*h1Work) }
+
+func putWork(w *h1Work) {
+	w.req, w.res = h1Req{}, h1Res{}
+	w.up = w.ubuf[:]
+	if cap(w.wb) > 64<<10 {
+		w.wb = make([]byte, 0, 4<<10)
+	}
+	h1Works.Put(w)
+}
+
+// h1Set tracks the fast path's connections for Shutdown.
+type h1Set struct {
+	mu     sync.Mutex
+	m      map[*h1Conn]struct{}
+	closed bool // closeAll ran: new connections are closed at once
+	wg     sync.WaitGroup
+}
+
+func (set *h1Set) add(c *h1Conn) bool {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.closed {
+		return false
+	}
+	if set.m == nil {
+		set.m = make(map[*h1Conn]struct{})
+	}
+	set.m[c] = struct{}{}
+	return true
+}
+
+func (set *h1Set) remove(c *h1Conn) {
+	set.mu.Lock()
+	delete(set.m, c)
+	set.mu.Unlock()
+}
+
+// closeIdle closes the connections that wait for a request and reports how many are
+// left (busy ones finish their request and close, because the server is draining).
+func (set *h1Set) closeIdle() int {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for c := range set.m {
+		if c.state.CompareAndSwap(h1Idle, h1Closing) {
+			_ = c.cc.Conn.Close()
+		}
+	}
+	return len(set.m)
+}
+
+func (set *h1Set) closeAll() {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	set.closed = true
+	for c := range set.m {
+		c.state.Store(h1Closing)
+		_ = c.cc.Conn.Close()
+	}
+}
+
+// acceptLoop accepts connections on ln and serves each on the fast path; ho receives
+// those handed to net/http. It returns nil when ln was closed by Shutdown or closeNow.
+func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.draining.Load() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporaryAcceptError(err) {
+				// Out of file descriptors and the like: back off as net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", zap.Error(err))
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		cc := nc.(*clientConn)
+		c := &h1Conn{s: s, cc: cc, ho: ho, secure: cc.isTLS()}
+		if !s.h1.add(c) {
+			_ = nc.Close()
+			continue
+		}
+		s.h1.wg.Add(1)
+		go func() {
+			defer s.h1.wg.Done()
+			c.serve()
+		}()
+	}
+}
+
+// serve runs the connection until it closes or is handed off.
+func (c *h1Conn) serve() {
+	s := c.s
+	s.totals.Conn(stats.ProtoHTTP1, 1)
+	handoff := c.run()
+	s.h1.remove(c)
+	s.totals.Conn(stats.Proto(c.cc.proto.Load()), -1)
+	if handoff && c.state.Load() != h1Closing && !s.draining.Load() {
+		if c.w > c.r {
+			c.cc.pending = c.rbuf[c.r:c.w]
+		}
+		c.ho.handoff(c.cc)
+		return
+	}
+	c.cc.flushTail(s, true)
+	_ = c.cc.Close()
+}
+
+// run serves requests; it returns true to hand the connection to net/http.
+func (c *h1Conn) run() (handoff bool) {
+	s := c.s
+	if c.secure {
+		_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+		if err := c.cc.handshake(); err != nil {
+			return false
+		}
+		if c.cc.tc.ConnectionState().NegotiatedProtocol == "h2" {
+			return true
+		}
+		c.altSvc = s.h3.altSvc != nil
+	}
+	c.ip = clientIP(c.cc.RemoteAddr().String())
+	c.trusted = s.isTrusted(c.ip)
+	c.rbuf = make([]byte, h1ReadBuf)
+	for {
+		n := c.readHead()
+		if n < 0 {
+			return n == h1HandOff
+		}
+		w := getWork()
+		if !parseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
+			putWork(w)
+			return true
+		}
+		if cl := w.req.contentLength; cl > 0 {
+			if int64(n)+cl > int64(len(c.rbuf)) {
+				putWork(w)
+				return true // a larger body streams through net/http
+			}
+			if c.r+n+int(cl) > len(c.rbuf) {
+				c.compact()
+				parseRequest(&w.req, c.rbuf[:n], w.reqFields[:])
+			}
+			if !c.readBody(c.r + n + int(cl)) {
+				putWork(w)
+				return false
+			}
+		}
+		keep := c.serveRequest(w, n)
+		putWork(w)
+		if !keep {
+			return false
+		}
+	}
+}
+
+const (
+	h1Close   = -1
+	h1HandOff = -2
+)
+
+// readHead waits until rbuf[r:] starts with a complete request head and returns its
+// length, or h1Close or h1HandOff. Deadlines: the first request and a head that arrives
+// in pieces get ReadHeaderTimeout (slowloris), the wait between requests IdleTimeout.
+func (c *h1Conn) readHead() int {
+	s := c.s
+	if c.r == c.w {
+		c.r, c.w, c.scanned = 0, 0, 0
+	}
+	headerDeadline := false
+	if c.served == 0 && !c.secure {
+		_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+		headerDeadline, c.dlIdle = true, false
+	}
+	for {
+		if c.w > c.r {
+			if n := headEnd(c.rbuf[c.r:c.w], c.scanned); n >= 0 {
+				c.scanned = 0
+				return n
+			}
+			c.scanned = c.w - c.r
+			if c.w == len(c.rbuf) {
+				if c.r == 0 {
+					return h1HandOff // net/http applies MaxHeaderBytes
+				}
+				c.compact()
+			}
+			if !headerDeadline {
+				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+				headerDeadline, c.dlIdle = true, false
+			}
+		} else if c.served > 0 {
+			c.state.Store(h1Idle)
+			if s.draining.Load() {
+				return h1Close
+			}
+			if !c.dlIdle || time.Since(c.dlSetAt) >= h1IdleSlack {
+				c.dlSetAt = time.Now()
+				_ = c.cc.SetReadDeadline(c.dlSetAt.Add(s.cfg.IdleTimeout))
+				c.dlIdle = true
+			}
+		}
+		nr, err := c.cc.Read(c.rbuf[c.w:])
+		if nr > 0 && !c.state.CompareAndSwap(h1Idle, h1Active) && c.state.Load() == h1Closing {
+			return h1Close
+		}
+		c.w += nr
+		if err != nil {
+			if nr > 0 && c.w > c.r {
+				// Data and an error together: serve what is complete, then stop.
+				if headEnd(c.rbuf[c.r:c.w], 0) >= 0 {
+					continue
+				}
+			}
+			return h1Close
+		}
+	}
+}
+
+// readBody reads until rbuf holds end bytes; false when the client went away.
+func (c *h1Conn) readBody(end int) bool {
+	for c.w < end {
+		nr, err := c.cc.Read(c.rbuf[c.w:])
+		c.w += nr
+		if err != nil && c.w < end {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *h1Conn) compact() {
+	n := copy(c.rbuf, c.rbuf[c.r:c.w])
+	c.r, c.w = 0, n
+}
+
+// handoffListener is the net.Listener net/http serves handed-off connections from.
+type handoffListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// handoff gives c to net/http, or closes it when net/http has stopped.
+func (l *handoffListener) handoff(c net.Conn) {
+	select {
+	case l.ch <- c:
+	case <-l.done:
+		_ = c.Close()
+	}
+}
+
+// serveHandoffs runs srv on ho (owned by Serve).
+func serveHandoffs(srv *http.Server, ho *handoffListener) error {
+	err := srv.Serve(ho)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// isTemporaryAcceptError: accept failures that pass (descriptor limits, a connection
+// aborted before it was accepted).
+func isTemporaryAcceptError(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) ||
+		errors.Is(err, syscall.ENOMEM)
+}
