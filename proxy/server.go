@@ -108,8 +108,8 @@ type Server struct {
 	// path hands off (h1serve.go); h1 tracks the connections it serves itself.
 	hoHTTP, hoHTTPS *handoffListener
 	h1              h1Set
-	h3                h3Server // HTTP/3 on UDP (http3.go)
-	stapler           *stapler // OCSP staples for the table's certificates (ocsp.go)
+	h3              h3Server // HTTP/3 on UDP (http3.go)
+	stapler         *stapler // OCSP staples for the table's certificates (ocsp.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
