@@ -28,7 +28,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	c.served++
 	consumed := headLen + int(req.contentLength)
 	body := c.rbuf[c.r+headLen : c.r+consumed]
-	closeAfter := req.connClose || s.draining.Load()
+	c.closing = req.connClose
 	s.totals.InFlight(1)
 
 	var (
@@ -40,21 +40,21 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	t := s.tables.Load()
 	switch {
 	case t == nil:
-		status = c.answer(w, outcomeNoTable, closeAfter)
+		status = c.answer(w, outcomeNoTable)
 	default:
 		e = t.Lookup(unsafe.String(&req.host[0], len(req.host)))
 		switch {
 		case e == nil:
 			s.totals.UnknownHost()
-			status = c.answer(w, outcomeUnknownHost, closeAfter)
+			status = c.answer(w, outcomeUnknownHost)
 		default:
 			if cc := c.cc; !cc.counted.Load() && cc.counted.CompareAndSwap(false, true) {
 				e.Stats.Connection()
 			}
 			if !c.secure && e.TLS != nil && e.TLS.RedirectHTTP {
-				status = c.redirect(w, closeAfter)
+				status = c.redirect(w)
 			} else {
-				status, lease, abort = c.forward(w, e, body, closeAfter)
+				status, lease, abort = c.forward(w, e, body)
 			}
 		}
 	}
@@ -77,11 +77,11 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 		c.logAccess(req, e, status, in, out, lease)
 	}
 	c.r += consumed
-	return !closeAfter && !abort
+	return !c.closing && !abort
 }
 
 // answer writes o's fixed response (errors.go has the texts) and returns its status.
-func (c *h1Conn) answer(w *h1Work, o outcome, closeAfter bool) int {
+func (c *h1Conn) answer(w *h1Work, o outcome) int {
 	code := o.status()
 	eb := errorBodies[code]
 	b := append(w.wb[:0], "HTTP/1.1 "...)
@@ -99,7 +99,7 @@ func (c *h1Conn) answer(w *h1Work, o outcome, closeAfter bool) int {
 		b = append(b, valAllow[0]...)
 		b = append(b, "\r\n"...)
 	}
-	b = c.appendCommon(b, false, closeAfter)
+	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
 	b = append(b, eb.text...)
 	w.wb = b
@@ -108,7 +108,7 @@ func (c *h1Conn) answer(w *h1Work, o outcome, closeAfter bool) int {
 }
 
 // redirect answers 308 to the same host (without its port) on the HTTPS listener.
-func (c *h1Conn) redirect(w *h1Work, closeAfter bool) int {
+func (c *h1Conn) redirect(w *h1Work) int {
 	host := w.req.host
 	if i := lastIndexByte(host, ':'); i >= 0 && indexByte(host[i:], ']') < 0 {
 		host = host[:i]
@@ -118,7 +118,7 @@ func (c *h1Conn) redirect(w *h1Work, closeAfter bool) int {
 	b = append(b, c.s.httpsPort...)
 	b = append(b, w.req.target()...)
 	b = append(b, "\r\nContent-Length: 0\r\n"...)
-	b = c.appendCommon(b, false, closeAfter)
+	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
 	w.wb = b
 	_, _ = c.cc.Write(b)
@@ -126,8 +126,13 @@ func (c *h1Conn) redirect(w *h1Work, closeAfter bool) int {
 }
 
 // appendCommon adds what every response on this connection carries: Date (unless the
-// target sent one), Alt-Svc when HTTP/3 is announced, Connection: close when closing.
-func (c *h1Conn) appendCommon(b []byte, hasDate, closeAfter bool) []byte {
+// target sent one), Alt-Svc when HTTP/3 is announced, Connection: close when the client
+// asked for it or a shutdown began (checked here, as late as possible: a drain that
+// starts while the target works still closes the connection politely).
+func (c *h1Conn) appendCommon(b []byte, hasDate bool) []byte {
+	if !c.closing && c.s.draining.Load() {
+		c.closing = true
+	}
 	if !hasDate {
 		b = append(b, "Date: "...)
 		b = appendDate(b, c.now)
@@ -138,7 +143,7 @@ func (c *h1Conn) appendCommon(b []byte, hasDate, closeAfter bool) []byte {
 		b = append(b, c.s.h3.altSvc[0]...)
 		b = append(b, "\r\n"...)
 	}
-	if closeAfter {
+	if c.closing {
 		b = append(b, "Connection: close\r\n"...)
 	}
 	return b
@@ -148,7 +153,7 @@ func (c *h1Conn) appendCommon(b []byte, hasDate, closeAfter bool) []byte {
 // connect failure marks the target down and tries another one (the body is in memory,
 // nothing was sent); nothing else is retried. abort means the response was broken off
 // and the connection must close.
-func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte, closeAfter bool) (status int, lease string, abort bool) {
+func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte) (status int, lease string, abort bool) {
 	s := c.s
 	c.buildRequest(w, body)
 	var tried uint64
@@ -156,7 +161,7 @@ func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte, closeAfter
 	for {
 		i := pick(e.Backends, tried)
 		if i < 0 {
-			return c.answer(w, last, closeAfter), "", false
+			return c.answer(w, last), "", false
 		}
 		tried |= 1 << i
 		b := e.Backends[i]
@@ -164,7 +169,7 @@ func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte, closeAfter
 		uc, err := c.exchange(w, b.Addr)
 		if err == nil {
 			markUp(b)
-			status, abort = c.relay(w, uc, e, closeAfter)
+			status, abort = c.relay(w, uc, e)
 			b.State.InFlight.Add(-1)
 			return status, b.LeaseID, abort
 		}
@@ -179,7 +184,7 @@ func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte, closeAfter
 		case outcomeClientGone:
 			return 0, "", true
 		default:
-			return c.answer(w, last, closeAfter), "", false
+			return c.answer(w, last), "", false
 		}
 	}
 }
@@ -382,23 +387,13 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 	// (we read nothing from the client meanwhile, unlike net/http's background read).
 	deadline := c.now.Add(u.headerTimeout)
 	next := c.now.Add(h1ClientWatch)
+	uc.wt.wait(uc.c.SetReadDeadline, earliest(deadline, c.now.Add(waitSlice)))
 	_ = uc.c.SetReadDeadline(earliest(deadline, next))
 	buf := w.up[h1Headroom:]
 	filled, scanned := 0, 0
+	var rerr error
 	for n1xx := 0; ; {
-		if filled == len(buf) {
-			if int64(len(buf)) >= u.maxHeader {
-				uc.close()
-				return errResponseHeaderTooLong
-			}
-			nb := make([]byte, h1Headroom+2*len(buf))
-			copy(nb[h1Headroom:], buf[:filled])
-			w.up = nb
-			buf = nb[h1Headroom:]
-		}
-		nr, rerr := uc.c.Read(buf[filled:])
-		filled += nr
-		uc.read += int64(nr)
+		// A head may already be buffered (a 1xx and the final answer in one segment).
 		if hl := headEnd(buf[:filled], scanned); hl >= 0 {
 			if err := parseResponse(&w.res, buf[:hl], w.resFields[:]); err != nil {
 				uc.close()
@@ -431,6 +426,7 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 						return errClientGone
 					}
 					_ = uc.c.SetReadDeadline(earliest(deadline, now.Add(h1ClientWatch)))
+					rerr = nil
 					continue
 				}
 			}
@@ -443,6 +439,20 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 			}
 			return rerr
 		}
+		if filled == len(buf) {
+			if int64(len(buf)) >= u.maxHeader {
+				uc.close()
+				return errResponseHeaderTooLong
+			}
+			nb := make([]byte, h1Headroom+2*len(buf))
+			copy(nb[h1Headroom:], buf[:filled])
+			w.up = nb
+			buf = nb[h1Headroom:]
+		}
+		var nr int
+		nr, rerr = uc.c.Read(buf[filled:])
+		filled += nr
+		uc.read += int64(nr)
 	}
 }
 
@@ -456,7 +466,7 @@ const (
 
 // relay writes the target's response to the client and copies its body, then hands uc
 // back to its pool when the exchange ended cleanly.
-func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry, closeAfter bool) (status int, abort bool) {
+func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, abort bool) {
 	res := &w.res
 	frame := frameClose
 	switch {
@@ -494,7 +504,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry, closeAfter bo
 	if frame == frameChunked || frame == frameClose {
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	}
-	b = c.appendCommon(b, res.hasDate, closeAfter)
+	b = c.appendCommon(b, res.hasDate)
 	b = append(b, "\r\n"...)
 	w.wb = b
 
@@ -523,7 +533,8 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry, closeAfter bo
 			// Nothing reached the client yet: it gets a 502 instead of a broken body.
 			uc.close()
 			c.s.countFailure(outcomeRequest, e.Stats)
-			return c.answer(w, outcomeRequest, true), true
+			c.closing = true // the target's connection state is unknown; so is ours to it
+			return c.answer(w, outcomeRequest), true
 		}
 		first, done = got[:n], fin
 		keepUp = keepUp && (!fin || n == len(got))
@@ -551,7 +562,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry, closeAfter bo
 		return status, true
 	}
 	if done {
-		c.s.up.putBack(uc, keepUp, c.now)
+		c.s.up.putBack(uc, keepUp, time.Now())
 		return status, false
 	}
 

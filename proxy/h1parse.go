@@ -208,7 +208,7 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) bool {
 			}
 			r.contentLength = n
 		case fkConnection:
-			if hasTokenBytes(val, "close") {
+			if hasConnToken(val, "close") {
 				r.connClose = true
 			}
 		case fkTE:
@@ -340,7 +340,7 @@ func dropConnectionNamed(head []byte, fields []h1Field) {
 		for len(v) > 0 {
 			var tok []byte
 			tok, v, _ = bytes.Cut(v, []byte{','})
-			tok = bytes.TrimSpace(tok)
+			tok = trimOWS(tok)
 			if len(tok) == 0 || eqFold(tok, "close") || eqFold(tok, "keep-alive") {
 				continue
 			}
@@ -404,7 +404,8 @@ func eqFoldBytes(a, b []byte) bool {
 	return true
 }
 
-// hasTokenBytes reports whether the comma-separated list v contains tok (lowercase).
+// hasTokenBytes reports whether the comma-separated list v contains tok (lowercase),
+// ignoring parameters (TE: trailers;q=1).
 func hasTokenBytes(v []byte, tok string) bool {
 	for len(v) > 0 {
 		var t []byte
@@ -412,11 +413,35 @@ func hasTokenBytes(v []byte, tok string) bool {
 		if i := bytes.IndexByte(t, ';'); i >= 0 {
 			t = t[:i]
 		}
-		if eqFold(bytes.TrimSpace(t), tok) {
+		if eqFold(trimOWS(t), tok) {
 			return true
 		}
 	}
 	return false
+}
+
+// hasConnToken is hasTokenBytes for Connection, read as net/http reads it: a token with
+// parameters is another token.
+func hasConnToken(v []byte, tok string) bool {
+	for len(v) > 0 {
+		var t []byte
+		t, v, _ = bytes.Cut(v, []byte{','})
+		if eqFold(trimOWS(t), tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// trimOWS trims spaces and tabs (not the Unicode spaces bytes.TrimSpace knows).
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 func unhex(c byte) int {
@@ -544,15 +569,15 @@ func parseResponse(r *h1Res, head []byte, fields []h1Field) error {
 			}
 			cl = n
 		case fkTransferEncoding:
-			if r.chunked || !eqFold(bytes.TrimSpace(val), "chunked") {
+			if r.chunked || !eqFold(val, "chunked") {
 				return errBadFraming
 			}
 			r.chunked = true
 		case fkConnection:
-			if hasTokenBytes(val, "close") {
+			if hasConnToken(val, "close") {
 				r.connClose = true
 			}
-			if hasTokenBytes(val, "keep-alive") {
+			if hasConnToken(val, "keep-alive") {
 				r.keepAlive = true
 			}
 		case fkDate:
@@ -576,12 +601,18 @@ func parseResponse(r *h1Res, head []byte, fields []h1Field) error {
 }
 
 // chunkScanner follows a chunked body as it passes through verbatim, to find its end
-// and refuse a malformed one.
+// and refuse a malformed one. It accepts only what net/http's own reader accepts, so that
+// a Go client behind us never chokes on a body we relayed (FuzzChunkScanner): CRLF line
+// ends, whitespace only at the end of a size line, at most 4094 bytes per size line
+// (net/http reads them through a 4 KiB buffer), net/http's budget for extension
+// overhead, and trailers that are header fields, 4 KiB in all.
 type chunkScanner struct {
-	state   uint8
-	digits  uint8
-	size    int64 // remaining data bytes of the current chunk
-	lineLen int   // bytes of the current size line or trailer section
+	state      uint8
+	digits     uint8
+	size       int64 // remaining data bytes of the current chunk
+	lineLen    int   // bytes of the current size line, CRLF excluded
+	excess     int64 // non-data overhead beyond what net/http allows for free
+	trailerLen int
 }
 
 const (
@@ -593,6 +624,7 @@ const (
 	csDataCR
 	csDataLF
 	csTrailerStart
+	csTrailerName
 	csTrailer
 	csTrailerLF
 	csEndLF
@@ -600,8 +632,9 @@ const (
 )
 
 const (
-	maxChunkLine    = 4 << 10
-	maxTrailerBytes = 64 << 10
+	maxChunkLine    = 4094
+	maxTrailerBytes = 4096
+	maxChunkExcess  = 16 << 10
 )
 
 // scan consumes p and returns how many bytes of p belong to the body; done reports that
@@ -609,10 +642,7 @@ const (
 func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
 	for n < len(p) {
 		if s.state == csData {
-			k := int64(len(p) - n)
-			if k > s.size {
-				k = s.size
-			}
+			k := min(int64(len(p)-n), s.size)
 			n += int(k)
 			s.size -= k
 			if s.size == 0 {
@@ -623,47 +653,54 @@ func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
 		c := p[n]
 		n++
 		switch s.state {
-		case csSize:
-			if v := unhex(c); v >= 0 {
-				if s.digits == 15 {
-					return n, false, errChunkTooLarge
+		case csSize, csSizeWS, csExt:
+			if c == '\r' {
+				if s.digits == 0 {
+					return n, false, errBadChunk
 				}
-				s.size = s.size<<4 | int64(v)
-				s.digits++
+				s.state = csSizeLF
 				break
 			}
-			if s.digits == 0 {
-				return n, false, errBadChunk
+			s.lineLen++
+			if s.lineLen > maxChunkLine {
+				return n, false, errChunkTooLarge
 			}
-			switch c {
-			case '\r':
-				s.state = csSizeLF
-			case ';':
-				s.state = csExt
-			case ' ', '\t':
-				s.state = csSizeWS
-			default:
-				return n, false, errBadChunk
-			}
-		case csSizeWS:
-			switch c {
-			case ' ', '\t':
-			case ';':
-				s.state = csExt
-			case '\r':
-				s.state = csSizeLF
-			default:
-				return n, false, errBadChunk
-			}
-		case csExt:
-			if c == '\r' {
-				s.state = csSizeLF
-			} else if badValueByte[c] {
-				return n, false, errBadChunk
+			switch s.state {
+			case csSize:
+				if v := unhex(c); v >= 0 {
+					if s.digits == 15 {
+						return n, false, errChunkTooLarge
+					}
+					s.size = s.size<<4 | int64(v)
+					s.digits++
+					break
+				}
+				switch {
+				case s.digits == 0:
+					return n, false, errBadChunk
+				case c == ';':
+					s.state = csExt
+				case c == ' ' || c == '\t':
+					s.state = csSizeWS
+				default:
+					return n, false, errBadChunk
+				}
+			case csSizeWS: // only more whitespace before the CRLF
+				if c != ' ' && c != '\t' {
+					return n, false, errBadChunk
+				}
+			case csExt:
+				if badValueByte[c] {
+					return n, false, errBadChunk
+				}
 			}
 		case csSizeLF:
 			if c != '\n' {
 				return n, false, errBadChunk
+			}
+			s.excess = max(s.excess+int64(s.lineLen)+2-16-2*s.size, 0)
+			if s.excess > maxChunkExcess {
+				return n, false, errChunkTooLarge
 			}
 			s.digits, s.lineLen = 0, 0
 			if s.size == 0 {
@@ -671,7 +708,6 @@ func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
 			} else {
 				s.state = csData
 			}
-			continue
 		case csDataCR:
 			if c != '\r' {
 				return n, false, errBadChunk
@@ -682,36 +718,48 @@ func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
 				return n, false, errBadChunk
 			}
 			s.state = csSize
-			continue
-		case csTrailerStart:
-			if c == '\r' {
-				s.state = csEndLF
-			} else if badValueByte[c] {
-				return n, false, errBadChunk
-			} else {
-				s.state = csTrailer
+		default: // trailers
+			s.trailerLen++
+			if s.trailerLen > maxTrailerBytes {
+				return n, false, errChunkTooLarge
 			}
-		case csTrailer:
-			if c == '\r' {
-				s.state = csTrailerLF
-			} else if badValueByte[c] {
-				return n, false, errBadChunk
+			switch s.state {
+			case csTrailerStart:
+				switch {
+				case c == '\r':
+					s.state = csEndLF
+				case tchar[c]:
+					s.state = csTrailerName
+				default:
+					return n, false, errBadChunk
+				}
+			case csTrailerName:
+				switch {
+				case c == ':':
+					s.state = csTrailer
+				case !tchar[c]:
+					return n, false, errBadChunk
+				}
+			case csTrailer:
+				if c == '\r' {
+					s.state = csTrailerLF
+				} else if badValueByte[c] {
+					return n, false, errBadChunk
+				}
+			case csTrailerLF:
+				if c != '\n' {
+					return n, false, errBadChunk
+				}
+				s.state = csTrailerStart
+			case csEndLF:
+				if c != '\n' {
+					return n, false, errBadChunk
+				}
+				s.state = csDone
+				return n, true, nil
+			default:
+				return n, false, errBadChunk // csDone: nothing may follow
 			}
-		case csTrailerLF:
-			if c != '\n' {
-				return n, false, errBadChunk
-			}
-			s.state = csTrailerStart
-		case csEndLF:
-			if c != '\n' {
-				return n, false, errBadChunk
-			}
-			s.state = csDone
-			return n, true, nil
-		}
-		s.lineLen++
-		if (s.state <= csSizeLF && s.lineLen > maxChunkLine) || s.lineLen > maxTrailerBytes {
-			return n, false, errChunkTooLarge
 		}
 	}
 	return n, false, nil

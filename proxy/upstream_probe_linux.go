@@ -11,14 +11,15 @@ func peerClosed(rc syscall.RawConn) bool {
 	}
 	var b [1]byte
 	dead := false
-	err := rc.Read(func(fd uintptr) bool {
+	// Control, not Read: the probe must not depend on a read deadline left behind by
+	// the connection's last exchange.
+	err := rc.Control(func(fd uintptr) {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
 		case err == syscall.EAGAIN || err == syscall.EINTR:
 		case err != nil, n >= 0:
 			dead = true
 		}
-		return true
 	})
 	return dead || err != nil
 }

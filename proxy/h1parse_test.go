@@ -1,0 +1,496 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// h1RequestSeeds are valid and tricky request heads for FuzzH1RequestSubset: some the
+// fast path must accept, most it must refuse (and leave to net/http).
+var h1RequestSeeds = []string{
+	"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+	"POST /submit?x=1 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\nhello",
+	"GET /many HTTP/1.1\r\nHost: a.test:8080\r\nUser-Agent: t/1\r\nAccept: */*\r\nAccept-Encoding: gzip, br\r\nCookie: a=1\r\nX-A: 1\r\nx-a: 2\r\nX-Empty:\r\nPragma: no-cache\r\nTE: trailers\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n\r\n",
+	"GET /1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /2 HTTP/1.1\r\nHost: a.test\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nX-Fold: a\r\n b\r\n\r\n",
+	"GET / HTTP/1.1\nHost: a.test\n\n",
+	"GET / HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n",
+	"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n",
+	"GET / HTTP/1.1\r\nX: y\r\n\r\n",
+	"GET / HTTP/1.0\r\nHost: a.test\r\n\r\n",
+	"GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\n\r\n",
+	"OPTIONS * HTTP/1.1\r\nHost: a.test\r\n\r\n",
+	"GET /a%zz HTTP/1.1\r\nHost: a.test\r\n\r\n",
+	"GET /a?q=%zz HTTP/1.1\r\nHost: a.test\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nX-Tab:\ta\tb\t\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nX-High: caf\xc3\xa9 \xff\x80\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost : a.test\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\n: x\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: +5\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nExpect: 100-continue\r\n\r\n",
+	// Found while fuzzing (by hand, see the report): net/http's Connection token match
+	// neither strips ";params" nor trims Unicode spaces; parseRequest does both, so it
+	// decides to close where net/http keeps the connection.
+	"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close;x\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\xc2\xa0\r\n\r\n",
+}
+
+// FuzzH1RequestSubset checks the fast path's promise (h1parse.go): whatever parseRequest
+// accepts, net/http reads the same way. If it ever accepted a head that net/http reads
+// differently (another length, another host, another close decision), the proxy and the
+// standard library would disagree about a request: the stuff of request smuggling.
+func FuzzH1RequestSubset(f *testing.F) {
+	for _, s := range h1RequestSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fields := make([]h1Field, h1MaxFields)
+		var r h1Req
+		// Any bytes at all: no panic (the result does not matter).
+		parseRequest(&r, data, fields)
+
+		// The property, on what the server really passes: one complete head.
+		n := headEnd(data, 0)
+		if n < 0 {
+			return
+		}
+		head := slices.Clone(data[:n])
+		if !parseRequest(&r, head, fields) {
+			return
+		}
+		if !bytes.Equal(head, data[:n]) {
+			t.Fatalf("parseRequest modified its input")
+		}
+		checkSameAsNetHTTP(t, &r, head)
+	})
+}
+
+// checkSameAsNetHTTP fails t unless http.ReadRequest reads head as r says.
+func checkSameAsNetHTTP(t *testing.T, r *h1Req, head []byte) {
+	t.Helper()
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		t.Fatalf("parseRequest accepted %q, net/http refuses it: %v", head, err)
+	}
+	if req.Method != string(r.method()) {
+		t.Errorf("method %q, net/http %q", r.method(), req.Method)
+	}
+	if req.RequestURI != string(r.target()) {
+		t.Errorf("target %q, net/http %q", r.target(), req.RequestURI)
+	}
+	if req.ProtoMajor != 1 || req.ProtoMinor != 1 {
+		t.Errorf("net/http reads version %d.%d", req.ProtoMajor, req.ProtoMinor)
+	}
+	if req.Host != string(r.host) {
+		t.Errorf("host %q, net/http %q", r.host, req.Host)
+	}
+	if req.ContentLength != r.contentLength {
+		t.Errorf("content length %d, net/http %d", r.contentLength, req.ContentLength)
+	}
+	if req.Close != r.connClose {
+		t.Errorf("connClose %v, net/http Close %v", r.connClose, req.Close)
+	}
+	// Field values, per canonical name, in order. Host is compared above (net/http
+	// keeps it out of Header's meaning; we count it).
+	ours := map[string][]string{}
+	hosts := 0
+	for i := range r.fields {
+		f := &r.fields[i]
+		if f.kind == fkHost {
+			hosts++
+			continue
+		}
+		k := textproto.CanonicalMIMEHeaderKey(string(f.name(head)))
+		ours[k] = append(ours[k], string(f.value(head)))
+	}
+	if hosts != 1 {
+		t.Errorf("%d fields classified as Host", hosts)
+	}
+	for k, v := range ours {
+		if !slices.Equal(v, req.Header[k]) {
+			t.Errorf("field %s: values %q, net/http %q", k, v, req.Header[k])
+		}
+	}
+	for k, v := range req.Header {
+		if _, ok := ours[k]; ok || k == "Host" {
+			continue
+		}
+		// net/http adds Cache-Control: no-cache for Pragma: no-cache (fixPragmaCacheControl).
+		if k == "Cache-Control" && slices.Equal(v, []string{"no-cache"}) && slices.Equal(req.Header["Pragma"][:1], []string{"no-cache"}) {
+			continue
+		}
+		t.Errorf("net/http sees field %s %q that parseRequest does not", k, v)
+	}
+	if t.Failed() {
+		t.Logf("head: %q", head)
+	}
+}
+
+// TestParseRequestSubset pins the accept/refuse decision for the seed heads and a few
+// more, so a change to the subset is a visible decision, not a fuzzing surprise.
+func TestParseRequestSubset(t *testing.T) {
+	tests := []struct {
+		name string
+		head string
+		ok   bool
+	}{
+		{"simple GET", h1RequestSeeds[0], true},
+		{"POST with Content-Length", "POST /submit?x=1 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\n", true},
+		{"many fields", h1RequestSeeds[2], true},
+		{"Connection close", h1RequestSeeds[3], true},
+		{"obs-fold", h1RequestSeeds[6], false},
+		{"bare LF", h1RequestSeeds[7], false},
+		{"bare LF in a field", h1RequestSeeds[8], false},
+		{"CL and TE", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", false},
+		{"duplicate CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", false},
+		{"duplicate Host", h1RequestSeeds[11], false},
+		{"missing Host", h1RequestSeeds[12], false},
+		{"empty Host", "GET / HTTP/1.1\r\nHost: \r\n\r\n", false},
+		{"bad Host byte", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", false},
+		{"HTTP/1.0", h1RequestSeeds[13], false},
+		{"absolute-form", h1RequestSeeds[14], false},
+		{"asterisk", h1RequestSeeds[15], false},
+		{"bad escape in path", h1RequestSeeds[16], false},
+		{"bad escape at path end", "GET /a% HTTP/1.1\r\nHost: a.test\r\n\r\n", false},
+		{"bad escape in query", h1RequestSeeds[17], true}, // net/http does not check the query
+		{"tabs in value", h1RequestSeeds[18], true},
+		{"high bytes in value", h1RequestSeeds[19], true},
+		{"space before colon", h1RequestSeeds[20], false},
+		{"empty name", h1RequestSeeds[21], false},
+		{"signed CL", h1RequestSeeds[22], false},
+		{"Expect", h1RequestSeeds[23], false},
+		{"Upgrade", "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", false},
+		{"DEL in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x7fb\r\n\r\n", false},
+		{"NUL in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x00b\r\n\r\n", false},
+		{"CR in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\rb\r\n\r\n", false},
+		{"lowercase version", "GET / http/1.1\r\nHost: a.test\r\n\r\n", false},
+		{"two spaces", "GET  / HTTP/1.1\r\nHost: a.test\r\n\r\n", false},
+		{"19-digit CL", "GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1000000000000000000\r\n\r\n", false},
+		{"101 fields", "GET / HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", 100) + "\r\n", false},
+		{"100 fields", "GET / HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", 99) + "\r\n", true},
+	}
+	fields := make([]h1Field, h1MaxFields)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var r h1Req
+			head := []byte(tc.head)
+			if n := headEnd(head, 0); n >= 0 && n != len(head) {
+				t.Fatalf("test head is not exactly one head (%d of %d)", n, len(head))
+			}
+			got := parseRequest(&r, head, fields)
+			if got != tc.ok {
+				t.Fatalf("parseRequest = %v, want %v", got, tc.ok)
+			}
+			if got {
+				checkSameAsNetHTTP(t, &r, head)
+			}
+		})
+	}
+}
+
+// TestParseRequestFields checks what the forwarding code relies on: field kinds
+// (hop-by-hop ones dropped, Connection-named ones too), connClose, teTrailers and
+// hasProxyFields.
+func TestParseRequestFields(t *testing.T) {
+	head := []byte("GET /p HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n" +
+		"Keep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: gzip, trailers;q=1\r\nX-Forwarded-For: 1.2.3.4\r\n" +
+		"Trailer: X-Sum\r\nX-Keep:  v  \r\n\r\n")
+	var r h1Req
+	if !parseRequest(&r, head, make([]h1Field, h1MaxFields)) {
+		t.Fatal("refused")
+	}
+	kinds := map[string]uint8{}
+	values := map[string]string{}
+	for i := range r.fields {
+		kinds[string(r.fields[i].name(head))] = r.fields[i].kind
+		values[string(r.fields[i].name(head))] = string(r.fields[i].value(head))
+	}
+	want := map[string]uint8{
+		"Host": fkHost, "Connection": fkConnection, "X-Hop": fkDrop, "Keep-Alive": fkDrop,
+		"Proxy-Connection": fkDrop, "TE": fkTE, "X-Forwarded-For": fkXFF, "Trailer": fkDrop, "X-Keep": fkOther,
+	}
+	for k, v := range want {
+		if kinds[k] != v {
+			t.Errorf("%s: kind %d, want %d", k, kinds[k], v)
+		}
+	}
+	if values["X-Keep"] != "v" {
+		t.Errorf("value not trimmed: %q", values["X-Keep"])
+	}
+	if r.connClose || !r.teTrailers || !r.hasProxyFields || string(r.host) != "a.test" || r.contentLength != 0 {
+		t.Errorf("connClose %v teTrailers %v hasProxyFields %v host %q cl %d", r.connClose, r.teTrailers, r.hasProxyFields, r.host, r.contentLength)
+	}
+}
+
+// Responses.
+
+func TestParseResponse(t *testing.T) {
+	type want struct {
+		status    int
+		reason    string
+		http10    bool
+		cl        int64
+		chunked   bool
+		connClose bool
+		keepAlive bool
+		hasDate   bool
+	}
+	tests := []struct {
+		name string
+		head string
+		err  error
+		want want
+		drop []string // fields that must not be forwarded (fkDrop or fkKeepAlive→fkDrop)
+		keep []string // fields that must be forwarded as they are
+	}{
+		{"plain", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 5}, nil, []string{"Content-Length"}},
+		{"no reason", "HTTP/1.1 204\r\n\r\n", nil, want{status: 204, cl: -1}, nil, nil},
+		{"empty reason", "HTTP/1.1 200 \r\n\r\n", nil, want{status: 200, cl: -1}, nil, nil},
+		{"long reason with tab and obs-text", "HTTP/1.1 404 Not\tF\xc3\xbcnd here\r\n\r\n", nil, want{status: 404, reason: "Not\tF\xc3\xbcnd here", cl: -1}, nil, nil},
+		{"1xx", "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", nil, want{status: 103, reason: "Early Hints", cl: -1}, nil, []string{"Link"}},
+		{"status 999", "HTTP/1.1 999 X\r\n\r\n", nil, want{status: 999, reason: "X", cl: -1}, nil, nil},
+		{"status 099", "HTTP/1.1 099 X\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"two-digit status", "HTTP/1.1 20 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"four-digit status", "HTTP/1.1 2000 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"letters in status", "HTTP/1.1 2x0 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"HTTP/2 version", "HTTP/2 200 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"HTTP/1.2 version", "HTTP/1.2 200 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"lowercase version", "http/1.1 200 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"bare LF", "HTTP/1.1 200 OK\nContent-Length: 0\n\n", errBadResponse, want{}, nil, nil},
+		{"control byte in reason", "HTTP/1.1 200 O\x01K\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"obs-fold", "HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"space before colon", "HTTP/1.1 200 OK\r\nX : a\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"no colon", "HTTP/1.1 200 OK\r\nX\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"DEL in value", "HTTP/1.1 200 OK\r\nX: a\x7f\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"duplicate identical CL", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 7}, nil, nil},
+		{"differing CL", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 8\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"CL list", "HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"signed CL", "HTTP/1.1 200 OK\r\nContent-Length: +7\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"empty CL", "HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"CL zero", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 0}, nil, nil},
+		{"TE chunked and CL: chunked wins", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, nil, nil},
+		{"TE chunked any case and spaces", "HTTP/1.1 200 OK\r\nTransfer-Encoding:  ChUnKeD \r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, nil, nil},
+		{"TE gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"TE gzip, chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"TE twice", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"HTTP/1.0 closes", "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", nil, want{status: 200, reason: "OK", http10: true, cl: 1, connClose: true}, nil, nil},
+		{"HTTP/1.0 keep-alive", "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nKeep-Alive: timeout=5\r\n\r\n", nil, want{status: 200, reason: "OK", http10: true, cl: -1, keepAlive: true}, []string{"Keep-Alive"}, nil},
+		{"HTTP/1.1 close", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, connClose: true}, nil, nil},
+		{"Connection-named fields dropped", "HTTP/1.1 200 OK\r\nConnection: X-A, x-b\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n",
+			nil, want{status: 200, reason: "OK", cl: -1, hasDate: true}, []string{"X-A", "X-B"}, []string{"X-C", "Date"}},
+		{"hop-by-hop dropped, Trailer kept", "HTTP/1.1 200 OK\r\nProxy-Connection: x\r\nUpgrade: h2c\r\nTE: trailers\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n",
+			nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, []string{"Proxy-Connection", "Upgrade", "TE"}, []string{"Trailer"}},
+		{"101 fields", "HTTP/1.1 200 OK\r\n" + strings.Repeat("X: y\r\n", 101) + "\r\n", errBadResponse, want{}, nil, nil},
+	}
+	fields := make([]h1Field, h1MaxFields)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var r h1Res
+			head := []byte(tc.head)
+			err := parseResponse(&r, head, fields)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			got := want{r.status, string(head[r.reasonS:r.reasonE]), r.http10, r.contentLength, r.chunked, r.connClose, r.keepAlive, r.hasDate}
+			if got != tc.want {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			}
+			kinds := map[string]uint8{}
+			for i := range r.fields {
+				kinds[string(r.fields[i].name(head))] = r.fields[i].kind
+			}
+			for _, n := range tc.drop {
+				if k, ok := kinds[n]; !ok || k != fkDrop {
+					t.Errorf("%s: kind %d (present %v), want dropped", n, k, ok)
+				}
+			}
+			for _, n := range tc.keep {
+				if k, ok := kinds[n]; !ok || k == fkDrop || k == fkConnection || k == fkKeepAlive || k == fkTransferEncoding {
+					t.Errorf("%s: kind %d (present %v), want forwarded", n, k, ok)
+				}
+			}
+			// What we accept, net/http's client reads the same way (status, framing).
+			res, rerr := http.ReadResponse(bufio.NewReader(bytes.NewReader(head)), nil)
+			if rerr != nil {
+				t.Fatalf("net/http refuses a head parseResponse accepts: %v", rerr)
+			}
+			if res.StatusCode != r.status {
+				t.Errorf("net/http status %d", res.StatusCode)
+			}
+			if r.chunked != slices.Equal(res.TransferEncoding, []string{"chunked"}) {
+				t.Errorf("net/http transfer encoding %q, chunked %v", res.TransferEncoding, r.chunked)
+			}
+		})
+	}
+}
+
+// Chunked bodies.
+
+// scanPieces feeds b to a fresh chunkScanner in pieces of the given sizes (the last
+// piece takes the rest) and returns where it stopped: the body's length when done, the
+// offset of the offending byte's end on error, len(b) otherwise.
+func scanPieces(t *testing.T, b []byte, sizes []int) (n int, done bool, err error) {
+	t.Helper()
+	var s chunkScanner
+	off := 0
+	for i := 0; off < len(b); i++ {
+		k := len(b) - off
+		if i < len(sizes) && sizes[i] < k {
+			k = sizes[i]
+		}
+		m, fin, e := s.scan(b[off : off+k])
+		if m < 0 || m > k {
+			t.Fatalf("scan returned %d of %d bytes", m, k)
+		}
+		if m < k && !fin && e == nil {
+			t.Fatalf("scan stopped at %d of %d bytes without being done or failing", m, k)
+		}
+		off += m
+		if fin || e != nil {
+			return off, fin, e
+		}
+	}
+	return off, false, nil
+}
+
+const chunkedPrefix = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+// checkChunkedAgainstNetHTTP scans b whole, byte by byte and in pieces sized by cuts
+// (the result must not depend on the split), and when the scanner says the body ends at
+// n, net/http's client must read that body without error and stop exactly there.
+func checkChunkedAgainstNetHTTP(t *testing.T, b, cuts []byte) {
+	t.Helper()
+	n, done, err := scanPieces(t, b, nil)
+	ones := make([]int, len(b))
+	for i := range ones {
+		ones[i] = 1
+	}
+	sizes := make([]int, len(cuts))
+	for i, c := range cuts {
+		sizes[i] = int(c) + 1
+	}
+	for name, sz := range map[string][]int{"byte by byte": ones, "cut": sizes} {
+		n2, done2, err2 := scanPieces(t, b, sz)
+		if n2 != n || done2 != done || err2 != err {
+			t.Fatalf("%s: (%d, %v, %v), whole: (%d, %v, %v)", name, n2, done2, err2, n, done, err)
+		}
+	}
+	if !done {
+		return
+	}
+	if err != nil {
+		t.Fatalf("done with an error: %v", err)
+	}
+	// net/http on exactly the body: it must not need more bytes, nor refuse it.
+	for _, tail := range [][]byte{b[:n], b} {
+		in := append([]byte(chunkedPrefix), tail...)
+		rd := bytes.NewReader(in)
+		br := bufio.NewReader(rd)
+		res, rerr := http.ReadResponse(br, nil)
+		if rerr != nil {
+			t.Fatalf("reading the head: %v", rerr)
+		}
+		if _, rerr = io.ReadAll(res.Body); rerr != nil {
+			t.Fatalf("scanner accepts the body %q (%d bytes), net/http refuses it: %v", truncQ(b[:n]), n, rerr)
+		}
+		res.Body.Close()
+		consumed := len(in) - rd.Len() - br.Buffered()
+		if consumed != len(chunkedPrefix)+n {
+			t.Fatalf("body %q: scanner ends it after %d bytes, net/http after %d", truncQ(b[:n]), n, consumed-len(chunkedPrefix))
+		}
+	}
+}
+
+func truncQ(b []byte) []byte {
+	if len(b) > 200 {
+		return append(slices.Clip(b[:200]), "..."...)
+	}
+	return b
+}
+
+func FuzzChunkScanner(f *testing.F) {
+	seeds := []string{
+		"0\r\n\r\n",
+		"5\r\nhello\r\n0\r\n\r\n",
+		"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 42\r\nX-B: c\r\n\r\n",
+		"A;ext=1;q=\"x\"\r\n0123456789\r\n0;last\r\n\r\n",
+		"5 \r\nhello\r\n0\t\r\n\r\n",
+		"5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n", // bytes after the body
+		"5\nhello\r\n0\r\n\r\n",                         // bare LF
+		"5\r\nhelloX\r\n0\r\n\r\n",                      // data longer than announced
+		"-5\r\nhello\r\n0\r\n\r\n",
+		"0x5\r\nhello\r\n0\r\n\r\n",
+		"fffffffffffffff\r\n",
+		"ffffffffffffffff\r\n",
+		"0\r\nX-Fold: a\r\n b\r\n\r\n",
+		"0\r\n\r",
+		"1\r\na\r\n",
+		"1;\x00\r\na\r\n0\r\n\r\n",
+	}
+	for i, s := range seeds {
+		f.Add([]byte(s), []byte{byte(i), 1, 2, 3})
+	}
+	f.Fuzz(func(t *testing.T, b, cuts []byte) {
+		checkChunkedAgainstNetHTTP(t, b, cuts)
+	})
+}
+
+// TestChunkScannerAgainstNetHTTP holds the chunked bodies the scanner must agree on
+// with net/http (the client most of our clients are, and the reader of FuzzChunkScanner's
+// oracle), including the limits at their edges.
+func TestChunkScannerAgainstNetHTTP(t *testing.T) {
+	ext := func(n int) string { return "1;" + strings.Repeat("e", n-2) + "\r\nx\r\n" }
+	tests := []struct {
+		name string
+		body string
+		done bool
+		err  error // when not done
+	}{
+		{"empty", "0\r\n\r\n", true, nil},
+		{"two chunks and trailers", "5\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 42\r\n\r\n", true, nil},
+		{"uppercase hex", "A\r\n0123456789\r\n0\r\n\r\n", true, nil},
+		{"extension", "1;a=b\r\nx\r\n0;c\r\n\r\n", true, nil},
+		{"trailing whitespace on size line", "1 \t\r\nx\r\n0\r\n\r\n", true, nil},
+		{"incomplete", "5\r\nhel", false, nil},
+		{"bare LF after size", "1\nx\r\n0\r\n\r\n", false, errBadChunk},
+		{"bad data terminator", "1\r\nxy\r\n0\r\n\r\n", false, errBadChunk},
+		{"no digits", ";x\r\n", false, errBadChunk},
+		{"16 hex digits", "0000000000000001\r\nx\r\n0\r\n\r\n", false, errChunkTooLarge},
+		{"size line of 4094 bytes", ext(4094) + "0\r\n\r\n", true, nil},
+		// net/http's client reads chunk lines through a 4 KiB bufio.Reader: with CRLF,
+		// 4095 bytes do not fit.
+		{"size line of 4095 bytes", ext(4095) + "0\r\n\r\n", false, errChunkTooLarge},
+		{"size line too long (4096 bytes)", ext(4096), false, errChunkTooLarge},
+		{"trailer without colon", "0\r\nnot a field\r\n\r\n", false, errBadChunk},
+		{"trailer starting with a space", "0\r\n X: y\r\n\r\n", false, errBadChunk},
+		{"space before extension", "1 ;a\r\nx\r\n0\r\n\r\n", false, errBadChunk},
+		{"4 KiB trailer section", "0\r\nX: " + strings.Repeat("t", 4200) + "\r\n\r\n", false, errChunkTooLarge},
+		{"trailer section of exactly 4 KiB", "0\r\nX: " + strings.Repeat("t", 4096-7) + "\r\n\r\n", true, nil},
+		{"much extension overhead", strings.Repeat(ext(3000), 8) + "0\r\n\r\n", false, errChunkTooLarge},
+		{"some extension overhead", strings.Repeat(ext(3000), 5) + "0\r\n\r\n", true, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := []byte(tc.body)
+			n, done, err := scanPieces(t, b, nil)
+			if done != tc.done || err != tc.err || (done && n != len(b)) {
+				t.Fatalf("scan: n %d of %d, done %v, err %v; want done %v, err %v", n, len(b), done, err, tc.done, tc.err)
+			}
+			checkChunkedAgainstNetHTTP(t, b, []byte{0, 7, 2, 200})
+		})
+	}
+}
