@@ -387,7 +387,6 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 	// (we read nothing from the client meanwhile, unlike net/http's background read).
 	deadline := c.now.Add(u.headerTimeout)
 	next := c.now.Add(h1ClientWatch)
-	uc.wt.wait(uc.c.SetReadDeadline, earliest(deadline, c.now.Add(waitSlice)))
 	_ = uc.c.SetReadDeadline(earliest(deadline, next))
 	buf := w.up[h1Headroom:]
 	filled, scanned := 0, 0

@@ -66,7 +66,6 @@ type h1Conn struct {
 	ip      string
 	trusted bool
 	raw     syscall.RawConn // the client's TCP connection, for peerHungUp; set lazily
-	wt      waiter          // plain connections: wait for the next request (h1wait.go)
 
 	dlIdle  bool      // the read deadline set is the idle one, set at dlSetAt
 	dlSetAt time.Time // when the idle deadline was set
@@ -222,9 +221,6 @@ func (c *h1Conn) run() (handoff bool) {
 		}
 		c.altSvc = s.h3.altSvc != nil
 	}
-	if !c.secure {
-		c.wt.init(c.rawConn())
-	}
 	c.ip = clientIP(c.cc.RemoteAddr().String())
 	c.trusted = s.isTrusted(c.ip)
 	c.rbuf = make([]byte, h1ReadBuf)
@@ -274,7 +270,6 @@ func (c *h1Conn) readHead() int {
 		c.r, c.w, c.scanned = 0, 0, 0
 	}
 	headerDeadline := false
-	short := false // the read deadline set is the waiter's short one
 	if c.served == 0 && !c.secure {
 		_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 		headerDeadline, c.dlIdle = true, false
@@ -301,25 +296,11 @@ func (c *h1Conn) readHead() int {
 			if s.draining.Load() {
 				return h1Close
 			}
-			waited := c.wt.enabled()
-			short = waited && c.wt.wait(c.cc.SetReadDeadline, time.Now().Add(waitSlice))
-			if short {
-				c.dlIdle = false // the read below finds data; the next wait sets a deadline
-			} else if waited || !c.dlIdle || time.Since(c.dlSetAt) >= h1IdleSlack {
-				// (a wait that timed out left its own deadline behind)
+			if !c.dlIdle || time.Since(c.dlSetAt) >= h1IdleSlack {
 				c.setIdleDeadline()
 			}
 		}
 		nr, err := c.cc.Read(c.rbuf[c.w:])
-		if short {
-			short = false
-			if nr == 0 && isTimeout(err) {
-				// The wait's short deadline ran out before this read began: the data
-				// is there; read it under the idle deadline.
-				c.setIdleDeadline()
-				continue
-			}
-		}
 		if nr > 0 && !c.state.CompareAndSwap(h1Idle, h1Active) && c.state.Load() == h1Closing {
 			return h1Close
 		}
@@ -340,11 +321,6 @@ func (c *h1Conn) setIdleDeadline() {
 	c.dlSetAt = time.Now()
 	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(c.s.cfg.IdleTimeout))
 	c.dlIdle = true
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // readBody reads until rbuf holds end bytes; false when the client went away.

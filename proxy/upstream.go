@@ -419,7 +419,6 @@ type upConn struct {
 	pool   *upPool
 	abort  func() // closes c; registered with context.AfterFunc per exchange
 	br     *bufio.Reader
-	wt     waiter // the fast path's wait for the answer (h1wait.go)
 	idleAt time.Time
 	limit  int64
 	read   int64
@@ -430,7 +429,6 @@ func newUpConn(c net.Conn, p *upPool) *upConn {
 	uc := &upConn{c: c, pool: p}
 	if sc, ok := c.(syscall.Conn); ok {
 		uc.rc, _ = sc.SyscallConn()
-		uc.wt.init(uc.rc)
 	}
 	uc.abort = func() { _ = c.Close() }
 	return uc
