@@ -849,3 +849,46 @@ func TestH1ClientGone(t *testing.T) {
 		t.Errorf("client leaving counted as a backend failure: %+v", f)
 	}
 }
+
+// TestH1ShutdownSparesNewConnections: a connection accepted just before Shutdown that has
+// sent nothing yet is not closed under its client (its first request may be on the way,
+// net/http's rule): the request it sends during the drain is answered, with
+// Connection: close, and Shutdown returns once it is done.
+func TestH1ShutdownSparesNewConnections(t *testing.T) {
+	e := newEnv(t)
+	tg := echoTarget(t)
+	e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
+
+	fresh := newRawClient(t, e.http)
+	waitFor(t, "connection accepted", func() bool {
+		e.srv.h1.mu.Lock()
+		defer e.srv.h1.mu.Unlock()
+		return len(e.srv.h1.m) == 1
+	})
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- e.srv.Shutdown(ctx)
+	}()
+	waitFor(t, "draining", func() bool { return !e.srv.Ready() })
+	time.Sleep(30 * time.Millisecond) // a few of Shutdown's polls of idle connections
+
+	fresh.send(get1("/late"))
+	res, body := fresh.read("GET")
+	if res.StatusCode != 200 || body != echoed("GET", "/late", "") {
+		t.Fatalf("first request during the drain: %d %q", res.StatusCode, body)
+	}
+	if !res.Close {
+		t.Error("the answer during the drain lacks Connection: close")
+	}
+	fresh.closed()
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+}

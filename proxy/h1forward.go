@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -279,7 +280,7 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	b = append(b, "\r\nForwarded: "...)
 	b = appendPrior(b, req, fkForwarded, priorFwd)
 	b = append(b, "for="...)
-	if indexByte([]byte(c.ip), ':') >= 0 {
+	if strings.IndexByte(c.ip, ':') >= 0 {
 		b = append(b, `"[`...)
 		b = append(b, c.ip...)
 		b = append(b, `]"`...)

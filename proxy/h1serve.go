@@ -45,10 +45,15 @@ const (
 )
 
 const (
-	h1Idle int32 = iota
-	h1Active
-	h1Closing
+	h1New     int32 = iota // accepted, nothing read yet
+	h1Idle                 // waiting for the next request
+	h1Active               // reading or serving a request
+	h1Closing              // Shutdown closed it
 )
+
+// h1NewGrace is how long Shutdown leaves a new connection that has sent nothing yet
+// (net/http's rule): its first request may be on the way.
+const h1NewGrace = 5 * time.Second
 
 // h1Conn is one client connection on the fast path. Its fields belong to its goroutine,
 // except state, which Shutdown reads and swaps.
@@ -70,6 +75,7 @@ type h1Conn struct {
 	dlIdle  bool      // the read deadline set is the idle one, set at dlSetAt
 	dlSetAt time.Time // when the idle deadline was set
 	served  int
+	started time.Time // accepted at
 	now     time.Time // read once per request
 	closing bool      // the current response says Connection: close; then the conn closes
 }
@@ -138,7 +144,8 @@ func (set *h1Set) closeIdle() int {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	for c := range set.m {
-		if c.state.CompareAndSwap(h1Idle, h1Closing) {
+		if c.state.CompareAndSwap(h1Idle, h1Closing) ||
+			time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing) {
 			_ = c.cc.Conn.Close()
 		}
 	}
@@ -177,7 +184,7 @@ func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
 		}
 		delay = 0
 		cc := nc.(*clientConn)
-		c := &h1Conn{s: s, cc: cc, ho: ho, secure: cc.isTLS()}
+		c := &h1Conn{s: s, cc: cc, ho: ho, secure: cc.isTLS(), started: time.Now()}
 		if !s.h1.add(c) {
 			_ = nc.Close()
 			continue
@@ -301,7 +308,7 @@ func (c *h1Conn) readHead() int {
 			}
 		}
 		nr, err := c.cc.Read(c.rbuf[c.w:])
-		if nr > 0 && !c.state.CompareAndSwap(h1Idle, h1Active) && c.state.Load() == h1Closing {
+		if nr > 0 && !c.activate() {
 			return h1Close
 		}
 		c.w += nr
@@ -321,6 +328,22 @@ func (c *h1Conn) setIdleDeadline() {
 	c.dlSetAt = time.Now()
 	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(c.s.cfg.IdleTimeout))
 	c.dlIdle = true
+}
+
+// activate marks the connection busy; false when Shutdown closed it meanwhile.
+func (c *h1Conn) activate() bool {
+	for {
+		switch st := c.state.Load(); st {
+		case h1Active:
+			return true
+		case h1Closing:
+			return false
+		default:
+			if c.state.CompareAndSwap(st, h1Active) {
+				return true
+			}
+		}
+	}
 }
 
 // readBody reads until rbuf holds end bytes; false when the client went away.
