@@ -4,20 +4,29 @@
 // passive health, WebSocket tunnels, per-hostname byte accounting (contract §5), OCSP
 // stapling (ocsp.go) and graceful stop.
 //
-// The hot path starts at [handler.ServeHTTP] (handler.go): one TableSource.Load, one
-// Compiled.Lookup, a target pick (targets.go), the forward (forward.go) with one RoundTrip
-// on the lean HTTP/1.1 upstream (upstream.go, on the handler's goroutine; it falls back to
-// the shared http.Transport for what it does not handle), and a few atomic adds into the
-// route's stats.Host and the Totals. It writes no map of its own; the only lock it takes
-// is the target's idle-connection pool mutex, held for one push or pop. It allocates only
-// what net/http itself needs plus one small per-request outbound struct (the outgoing
-// request, its URL and its body tracker) and the Forwarded value. Connection-level work
-// (TLS handshake, byte counters, ConnState) lives in conn.go; everything in server.go is
-// cold path.
+// # Hot paths
 //
-// The handler is protocol-agnostic: it learns what it needs about the client connection
-// from the *clientConn that ConnContext puts into the request context and falls back to
-// the request itself when there is none (as for the HTTP/3 server sharing it).
+// HTTP/1.1 (plain and over TLS) starts at [h1Conn.run] (h1serve.go): one goroutine per
+// connection reads requests into its own buffer and parses them in place (h1parse.go);
+// [h1Conn.serveRequest] (h1forward.go) does one TableSource.Load, one Compiled.Lookup, a
+// target pick (targets.go), writes the request to a pooled target connection in one
+// write, parses the answer in place and relays it, head and first body bytes in one
+// write, then a few atomic adds into the route's stats.Host and the Totals. No header
+// maps, no goroutine hand-off, no allocation per request (TestH1HotPathAllocs).
+//
+// Everything the fast path does not handle (HTTP/2, HTTP/1.0, upgrades, Expect, chunked
+// or large request bodies, anything its strict parser refuses) is handed, connection and
+// already-read bytes together, to net/http, which calls [handler.ServeHTTP] (handler.go)
+// per request: the same lookup and pick, then the forward (forward.go) with one
+// RoundTrip on the lean HTTP/1.1 upstream (upstream.go, on the handler's goroutine; it
+// falls back to the shared http.Transport for what it does not handle). HTTP/3 uses the
+// same handler. It is protocol-agnostic: it learns what it needs about the client
+// connection from the *clientConn that ConnContext puts into the request context and
+// falls back to the request itself when there is none.
+//
+// Both paths share the targets' idle-connection pools (upstream.go), the error-to-status
+// mapping (errors.go) and the accounting rules (accounting.go). Connection-level work
+// (TLS handshake, byte counters, ConnState) lives in conn.go; server.go is cold path.
 //
 // proxy imports routetable and stats only, never register or relay.
 package proxy

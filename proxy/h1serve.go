@@ -218,6 +218,9 @@ func (c *h1Conn) serve() {
 // run serves requests; it returns true to hand the connection to net/http.
 func (c *h1Conn) run() (handoff bool) {
 	s := c.s
+	if s.h1Off {
+		return true
+	}
 	if c.secure {
 		_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 		if err := c.cc.handshake(); err != nil {
