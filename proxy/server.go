@@ -110,9 +110,9 @@ type Server struct {
 	h1              h1Set
 	// h1Off hands every connection to net/http at once (tests and benchmarks compare
 	// the two paths with it).
-	h1Off bool
-	h3              h3Server // HTTP/3 on UDP (http3.go)
-	stapler         *stapler // OCSP staples for the table's certificates (ocsp.go)
+	h1Off   bool
+	h3      h3Server // HTTP/3 on UDP (http3.go)
+	stapler *stapler // OCSP staples for the table's certificates (ocsp.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
