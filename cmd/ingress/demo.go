@@ -47,6 +47,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := o.validate(); err != nil {
 		return configError{err}
 	}
+	stopProfile, err := startCPUProfile(o.CPUProfile)
+	if err != nil {
+		return configError{err}
+	}
+	defer stopProfile()
 	log := newLogger(o.LogFormat, o.level, stderr)
 	defer func() { _ = log.Sync() }()
 

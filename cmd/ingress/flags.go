@@ -40,6 +40,8 @@ type options struct {
 	MetricsPerHost bool
 	RetentionDays  int
 
+	CPUProfile string
+
 	// Derived by validate.
 	level    zapcore.Level
 	trusted  []netip.Prefix
@@ -88,6 +90,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
 	return fs
 }
 

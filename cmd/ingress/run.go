@@ -72,9 +72,17 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 			problems = append(problems, fmt.Errorf("--routes %s refused:\n%w", o.Routes, err))
 		}
 	}
+	var stopProfile func()
+	if len(problems) == 0 {
+		var err error
+		if stopProfile, err = startCPUProfile(o.CPUProfile); err != nil {
+			problems = append(problems, err)
+		}
+	}
 	if err := errors.Join(problems...); err != nil {
 		return configError{err}
 	}
+	defer stopProfile()
 	log := newLogger(o.LogFormat, o.level, stderr)
 	defer func() { _ = log.Sync() }()
 
