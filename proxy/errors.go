@@ -79,6 +79,16 @@ func classify(err error, r *http.Request, body *trackedBody) outcome {
 	if body != nil && body.failed.Load() {
 		return outcomeClientBody
 	}
+	return classifyUpstream(err)
+}
+
+// classifyUpstream maps an error of the exchange with a target: a dial failure, a
+// timeout awaiting the answer, or any other failure of the request (the fast path's
+// client-gone check included).
+func classifyUpstream(err error) outcome {
+	if err == errClientGone {
+		return outcomeClientGone
+	}
 	var de *dialError
 	if errors.As(err, &de) {
 		return outcomeConnect

@@ -216,20 +216,6 @@ func (c *h1Conn) rawConn() syscall.RawConn {
 	return c.raw
 }
 
-func classifyUpstream(err error) outcome {
-	if err == errClientGone {
-		return outcomeClientGone
-	}
-	var de *dialError
-	if errors.As(err, &de) {
-		return outcomeConnect
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return outcomeTimeout
-	}
-	return outcomeRequest
-}
 
 // buildRequest writes the outgoing request into w.wb: the request line, the client's
 // fields without hop-by-hop ones, the forwarding fields, then the body.

@@ -161,35 +161,12 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) bool {
 		if head[i] == '\r' && head[i+1] == '\n' {
 			break // the blank line ends the head
 		}
-		ns := i
-		for i < len(head) && tchar[head[i]] {
-			i++
+		f, next, ok := parseField(head, i)
+		if !ok || len(r.fields) == cap(r.fields) {
+			return false // obs-fold, space before the colon, a bad name or value, too many
 		}
-		if i == ns || i >= len(head) || head[i] != ':' {
-			return false // obs-fold, space before the colon, an empty or bad name
-		}
-		ne := i
-		i++
-		for i < len(head) && (head[i] == ' ' || head[i] == '\t') {
-			i++
-		}
-		vs := i
-		for i < len(head) && !badValueByte[head[i]] {
-			i++
-		}
-		if i+1 >= len(head) || head[i] != '\r' || head[i+1] != '\n' {
-			return false
-		}
-		ve := i
-		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
-			ve--
-		}
-		i += 2
-		if len(r.fields) == cap(r.fields) {
-			return false
-		}
-		f := h1Field{ns: uint32(ns), ne: uint32(ne), vs: uint32(vs), ve: uint32(ve)}
-		name, val := head[ns:ne], head[vs:ve]
+		i = next
+		name, val := f.name(head), f.value(head)
 		f.kind = requestFieldKind(name)
 		switch f.kind {
 		case fkHandoff:
@@ -230,6 +207,37 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) bool {
 	}
 	dropConnectionNamed(head, r.fields)
 	return true
+}
+
+// parseField parses the header line at head[i:] (not the blank line ending the head):
+// a token name, a colon, optional whitespace, a value without control bytes (HTAB
+// aside), CRLF. It returns the field, trailing whitespace trimmed, and where the next
+// line starts.
+func parseField(head []byte, i int) (f h1Field, next int, ok bool) {
+	ns := i
+	for i < len(head) && tchar[head[i]] {
+		i++
+	}
+	if i == ns || i >= len(head) || head[i] != ':' {
+		return f, 0, false
+	}
+	ne := i
+	i++
+	for i < len(head) && (head[i] == ' ' || head[i] == '\t') {
+		i++
+	}
+	vs := i
+	for i < len(head) && !badValueByte[head[i]] {
+		i++
+	}
+	if i+1 >= len(head) || head[i] != '\r' || head[i+1] != '\n' {
+		return f, 0, false
+	}
+	ve := i
+	for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
+		ve--
+	}
+	return h1Field{ns: uint32(ns), ne: uint32(ne), vs: uint32(vs), ve: uint32(ve)}, i + 2, true
 }
 
 // fkHandoff marks a request field that sends the connection to net/http.
@@ -531,35 +539,12 @@ func parseResponse(r *h1Res, head []byte, fields []h1Field) error {
 		if head[i] == '\r' && head[i+1] == '\n' {
 			break
 		}
-		ns := i
-		for i < len(head) && tchar[head[i]] {
-			i++
-		}
-		if i == ns || i >= len(head) || head[i] != ':' {
+		f, next, ok := parseField(head, i)
+		if !ok || len(r.fields) == cap(r.fields) {
 			return errBadResponse
 		}
-		ne := i
-		i++
-		for i < len(head) && (head[i] == ' ' || head[i] == '\t') {
-			i++
-		}
-		vs := i
-		for i < len(head) && !badValueByte[head[i]] {
-			i++
-		}
-		if i+1 >= len(head) || head[i] != '\r' || head[i+1] != '\n' {
-			return errBadResponse
-		}
-		ve := i
-		for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
-			ve--
-		}
-		i += 2
-		if len(r.fields) == cap(r.fields) {
-			return errBadResponse
-		}
-		f := h1Field{ns: uint32(ns), ne: uint32(ne), vs: uint32(vs), ve: uint32(ve)}
-		name, val := head[ns:ne], head[vs:ve]
+		i = next
+		name, val := f.name(head), f.value(head)
 		f.kind = responseFieldKind(name)
 		switch f.kind {
 		case fkContentLength:
