@@ -216,7 +216,6 @@ func (c *h1Conn) rawConn() syscall.RawConn {
 	return c.raw
 }
 
-
 // buildRequest writes the outgoing request into w.wb: the request line, the client's
 // fields without hop-by-hop ones, the forwarding fields, then the body.
 func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
