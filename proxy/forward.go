@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -31,6 +32,7 @@ type outbound struct {
 // goroutine, the fallback http.Transport on its own.
 type trackedBody struct {
 	rc      io.ReadCloser
+	limit   int64 // the request's Content-Length; > 0
 	n       atomic.Int64
 	started atomic.Bool
 	failed  atomic.Bool
@@ -39,6 +41,18 @@ type trackedBody struct {
 func (b *trackedBody) Read(p []byte) (int, error) {
 	if !b.started.Load() {
 		b.started.Store(true)
+	}
+	// At Content-Length the body is whole: EOF without touching the server's body.
+	// http.Transport reads once more after the last byte to see EOF; should the target
+	// have answered by then, net/http's server may already have closed the body (it
+	// does when the response head is written), and that read's error made the transport
+	// drop the connection under a response still being relayed.
+	left := b.limit - b.n.Load()
+	if left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
 	}
 	n, err := b.rc.Read(p)
 	if n > 0 {
@@ -71,6 +85,10 @@ func (s *Server) newOutbound(r *http.Request, rs *reqState, websocket bool) *out
 	o.req.Response = nil
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 && !websocket {
 		o.body.rc = r.Body
+		o.body.limit = r.ContentLength
+		if o.body.limit < 0 {
+			o.body.limit = math.MaxInt64 // chunked or HTTP/2 without a length: to EOF
+		}
 		o.req.Body = &o.body
 	} else {
 		o.req.Body = nil

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -253,5 +254,46 @@ func TestServerSentEventsArriveOneByOne(t *testing.T) {
 			next <- struct{}{}
 		}
 		res.Body.Close()
+	}
+}
+
+// closedAfter serves n bytes, then fails as net/http's server body does once closed.
+type closedAfter struct{ n, reads int }
+
+func (c *closedAfter) Read(p []byte) (int, error) {
+	c.reads++
+	if c.n == 0 {
+		return 0, errors.New("http: invalid Read on closed Body")
+	}
+	k := min(len(p), c.n)
+	c.n -= k
+	return k, nil
+}
+
+func (c *closedAfter) Close() error { return nil }
+
+// TestTrackedBodyEndsAtContentLength: once Content-Length bytes are read, the body
+// answers EOF without reading the server's body again. http.Transport makes that one
+// more read to see EOF; when the target had already answered, net/http's server had
+// closed the body, the read failed, and the transport dropped the connection under the
+// response being relayed (a truncated answer, found by TestH1FastPathMatchesNetHTTP).
+func TestTrackedBodyEndsAtContentLength(t *testing.T) {
+	for _, size := range []int{1, 100, 20 << 10} {
+		src := &closedAfter{n: size}
+		b := &trackedBody{rc: src, limit: int64(size)}
+		got, err := io.ReadAll(b)
+		if err != nil || len(got) != size {
+			t.Fatalf("size %d: read %d bytes, %v", size, len(got), err)
+		}
+		reads := src.reads
+		if n, err := b.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+			t.Fatalf("size %d: read after the end: %d, %v; want 0, EOF", size, n, err)
+		}
+		if src.reads != reads {
+			t.Errorf("size %d: the body was read again after Content-Length bytes", size)
+		}
+		if b.failed.Load() {
+			t.Errorf("size %d: a complete body counts as a client failure", size)
+		}
 	}
 }

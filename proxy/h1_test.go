@@ -892,3 +892,29 @@ func TestH1ShutdownSparesNewConnections(t *testing.T) {
 		t.Fatal("Shutdown did not return")
 	}
 }
+
+// TestH1BareLFResponseRefusedAtOnce: a target whose response head ends its lines with
+// bare LF (which the fast path does not accept) and keeps its connection open gets a
+// 502 at once, not a 504 when the response header timeout runs out.
+func TestH1BareLFResponseRefusedAtOnce(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ResponseHeaderTimeout = 10 * time.Second })
+	target := rawServer(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\nContent-Length: 2\n\nok")
+		io.Copy(io.Discard, c) // keep the connection open until the proxy closes it
+	})
+	e.apply([]routeSpec{{host: h1Host, backends: []string{target}}})
+	rc := newRawClient(t, e.http)
+	start := time.Now()
+	rc.send(get1("/"))
+	res, _ := rc.read("GET")
+	if res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502", res.StatusCode)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("answered after %s: the refusal waited for the header timeout", d)
+	}
+	waitFor(t, "request failure counted", func() bool { return e.stat(h1Host).BackendFailures.Request == 1 })
+}

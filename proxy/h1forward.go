@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -102,7 +103,9 @@ func (c *h1Conn) answer(w *h1Work, o outcome) int {
 	}
 	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
-	b = append(b, eb.text...)
+	if string(w.req.method()) != "HEAD" {
+		b = append(b, eb.text...)
+	}
 	w.wb = b
 	_, _ = c.cc.Write(b)
 	return code
@@ -380,7 +383,12 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 	for n1xx := 0; ; {
 		// A head may already be buffered (a 1xx and the final answer in one segment).
 		if hl := headEnd(buf[:filled], scanned); hl >= 0 {
-			if err := parseResponse(&w.res, buf[:hl], w.resFields[:]); err != nil {
+			err := parseResponse(&w.res, buf[:hl], w.resFields[:])
+			if err == errTooManyFields {
+				// Rare: parse again with room for every line the head can hold.
+				err = parseResponse(&w.res, buf[:hl], make([]h1Field, 0, hl/4))
+			}
+			if err != nil {
 				uc.close()
 				return err
 			}
@@ -399,6 +407,10 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 			}
 			w.resHead, w.filled = hl, filled
 			return nil
+		}
+		if scanned < filled && bytes.Contains(buf[max(scanned-1, 0):filled], lflf) {
+			uc.close()
+			return errBadResponse // bare LF line ends: refused at once, not at the header timeout
 		}
 		scanned = filled
 		if rerr != nil {
@@ -466,6 +478,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 
 	// The head.
 	head := res.head
+	sentCL := false
 	b := append(w.wb[:0], "HTTP/1.1 "...)
 	b = append(b, head[len("HTTP/1.1 "):res.reasonE]...)
 	b = append(b, "\r\n"...)
@@ -479,9 +492,10 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 				continue // we are the origin the client talks to
 			}
 		case fkContentLength:
-			if frame == frameChunked {
-				continue
+			if frame == frameChunked || sentCL {
+				continue // a repeated identical value is sent once
 			}
+			sentCL = true
 		}
 		b = append(b, head[f.ns:f.ve]...)
 		b = append(b, "\r\n"...)
@@ -596,7 +610,10 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 	}
 }
 
-var lastChunk = []byte("0\r\n\r\n")
+var (
+	lastChunk = []byte("0\r\n\r\n")
+	lflf      = []byte("\n\n")
+)
 
 // brokenBody ends a response whose body the target broke off: a request failure, and
 // the client's connection closes so that it never takes the truncated body for whole.

@@ -486,6 +486,9 @@ var (
 	errBadFraming    = errors.New("proxy: target response has conflicting or unsupported framing")
 	errBadChunk      = errors.New("proxy: malformed chunked body from target")
 	errChunkTooLarge = errors.New("proxy: chunk header or trailer from target too large")
+	// errTooManyFields: the response has more fields than the storage given; the
+	// caller parses again with more.
+	errTooManyFields = errors.New("proxy: more response fields than the parser was given room for")
 )
 
 // parseResponse parses head, a complete response head ending in CRLF CRLF.
@@ -539,8 +542,11 @@ func parseResponse(r *h1Res, head []byte, fields []h1Field) error {
 		if head[i] == '\r' && head[i+1] == '\n' {
 			break
 		}
+		if len(r.fields) == cap(r.fields) {
+			return errTooManyFields
+		}
 		f, next, ok := parseField(head, i)
-		if !ok || len(r.fields) == cap(r.fields) {
+		if !ok {
 			return errBadResponse
 		}
 		i = next

@@ -291,7 +291,7 @@ func TestParseResponse(t *testing.T) {
 			nil, want{status: 200, reason: "OK", cl: -1, hasDate: true}, []string{"X-A", "X-B"}, []string{"X-C", "Date"}},
 		{"hop-by-hop dropped, Trailer kept", "HTTP/1.1 200 OK\r\nProxy-Connection: x\r\nUpgrade: h2c\r\nTE: trailers\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n",
 			nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, []string{"Proxy-Connection", "Upgrade", "TE"}, []string{"Trailer"}},
-		{"101 fields", "HTTP/1.1 200 OK\r\n" + strings.Repeat("X: y\r\n", 101) + "\r\n", errBadResponse, want{}, nil, nil},
+		{"101 fields", "HTTP/1.1 200 OK\r\n" + strings.Repeat("X: y\r\n", 101) + "\r\n", errTooManyFields, want{}, nil, nil},
 	}
 	fields := make([]h1Field, h1MaxFields)
 	for _, tc := range tests {
