@@ -114,7 +114,7 @@ func (c *h1Conn) answer(w *h1Work, o outcome) int {
 // redirect answers 308 to the same host (without its port) on the HTTPS listener.
 func (c *h1Conn) redirect(w *h1Work) int {
 	host := w.req.host
-	if i := lastIndexByte(host, ':'); i >= 0 && indexByte(host[i:], ']') < 0 {
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
 		host = host[:i]
 	}
 	b := append(w.wb[:0], "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://"...)
@@ -276,7 +276,7 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 		b = append(b, c.ip...)
 	}
 	b = append(b, ";host="...)
-	if isTokenBytes(req.host) {
+	if isToken(req.host) {
 		b = append(b, req.host...)
 	} else {
 		b = appendQuoted(b, req.host)
@@ -647,7 +647,7 @@ func (c *h1Conn) logAccess(req *h1Req, e *routetable.Entry, status int, in, out 
 		host = e.Hostname
 	}
 	path := req.target()
-	if i := indexByte(path, '?'); i >= 0 {
+	if i := bytes.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
 	c.s.accessLog.Info("request",
@@ -661,49 +661,6 @@ func (c *h1Conn) logAccess(req *h1Req, e *routetable.Entry, status int, in, out 
 		zap.String("lease", lease),
 		zap.String("proto", stats.ProtoHTTP1.String()),
 	)
-}
-
-// Small helpers on byte slices.
-
-func indexByte(b []byte, c byte) int {
-	for i := range b {
-		if b[i] == c {
-			return i
-		}
-	}
-	return -1
-}
-
-func lastIndexByte(b []byte, c byte) int {
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == c {
-			return i
-		}
-	}
-	return -1
-}
-
-func isTokenBytes(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if !tchar[c] {
-			return false
-		}
-	}
-	return true
-}
-
-func appendQuoted(b, s []byte) []byte {
-	b = append(b, '"')
-	for _, c := range s {
-		if c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, c)
-	}
-	return append(b, '"')
 }
 
 // The Date header value, formatted once per second.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"unsafe"
 )
 
 // Shared, never-modified header values (assigning them avoids a slice per request).
@@ -182,32 +183,34 @@ func forwardedElement(f forwardedFor) string {
 	return "for=" + forv + ";host=" + host + ";proto=" + proto
 }
 
-func isToken(s string) bool {
-	if s == "" {
+// isToken reports whether s is a non-empty RFC 9110 token.
+func isToken[T string | []byte](s T) bool {
+	if len(s) == 0 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
+		if !tchar[s[i]] {
 			return false
 		}
 	}
 	return true
 }
 
+// quote returns s as a quoted-string, in one allocation (the buffer becomes the string,
+// as in strings.Builder).
 func quote(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+	b := appendQuoted(make([]byte, 0, len(s)+2+strings.Count(s, `"`)+strings.Count(s, `\`)), s)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// appendQuoted appends s as a quoted-string, escaping '"' and '\\'.
+func appendQuoted[T string | []byte](b []byte, s T) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c == '"' || c == '\\' {
-			b.WriteByte('\\')
+			b = append(b, '\\')
 		}
-		b.WriteByte(s[i])
+		b = append(b, s[i])
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }
