@@ -181,6 +181,11 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, res *http.Respons
 	if rs.altSvc {
 		dst["Alt-Svc"] = s.h3.altSvc // we are the origin the client talks to, not the target
 	}
+	if _, ok := dst["Content-Type"]; !ok {
+		// Present without a value: net/http then guesses no type for a body the target
+		// sent untyped (a proxy relays, it does not sniff), and writes no field.
+		dst["Content-Type"] = nil
+	}
 	announced := len(res.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)

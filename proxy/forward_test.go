@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,5 +297,56 @@ func TestTrackedBodyEndsAtContentLength(t *testing.T) {
 		if b.failed.Load() {
 			t.Errorf("size %d: a complete body counts as a client failure", size)
 		}
+	}
+}
+
+// TestNoContentTypeGuessed: a body the target sent without Content-Type reaches the
+// client without one on every protocol (net/http's servers would sniff one; a proxy
+// relays), and a Content-Type the target did send is kept.
+func TestNoContentTypeGuessed(t *testing.T) {
+	e := newEnv(t)
+	target := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/typed" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/x-kept\r\nContent-Length: 15\r\n\r\n<html>hi</html>")
+			} else {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n<html>hi</html>")
+			}
+		}
+	})
+	e.apply([]routeSpec{{host: "app.example.test", tls: &routetable.RouteTLS{CertificateID: "c1"}, backends: []string{target}}},
+		certSpec{id: "c1", hosts: []string{"app.example.test"}})
+	for _, tc := range []struct {
+		name string
+		c    *http.Client
+		base string
+	}{
+		{"h1", e.h1Client(), "http://app.example.test"},
+		{"h1-tls", e.tlsClient(false), "https://app.example.test"},
+		{"h2", e.tlsClient(true), "https://app.example.test"},
+		{"h2c", e.h2cClient(), "http://app.example.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for path, want := range map[string][]string{"/untyped": nil, "/typed": {"text/x-kept"}} {
+				res, err := tc.c.Get(tc.base + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if string(body) != "<html>hi</html>" {
+					t.Fatalf("%s: body %q", path, body)
+				}
+				if got := res.Header.Values("Content-Type"); !slices.Equal(got, want) {
+					t.Errorf("%s over %s: Content-Type %q, want %q", path, res.Proto, got, want)
+				}
+			}
+			tc.c.CloseIdleConnections()
+		})
 	}
 }

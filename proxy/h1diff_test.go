@@ -686,18 +686,6 @@ var diffAccepted = []struct {
 				}
 			}
 		}},
-	{"sniffed Content-Type",
-		"net/http's server sniffs a Content-Type for a body written without one (the target sent " +
-			"none); the fast path relays the target's fields as they are, which is what a proxy should do",
-		func(fast, std *diffObs) {
-			for i, s := range std.Responses {
-				if i < len(fast.Responses) && fast.Responses[i].ContentType == nil && len(s.ContentType) == 1 &&
-					s.ContentType[0] == http.DetectContentType([]byte(s.Body)) {
-					std.Responses[i].ContentType = nil
-					delete(s.Header, "Content-Type")
-				}
-			}
-		}},
 	{"Content-Length on 304",
 		"RFC 9110 8.6 lets a 304 carry the representation's Content-Length (no body follows either " +
 			"way); the fast path relays the target's, net/http's server deletes it",
