@@ -111,34 +111,43 @@ func newH1Target(t *testing.T, answer func(c net.Conn, r *http.Request, body str
 	tg := &h1Target{}
 	tg.addr = rawServer(t, func(c net.Conn) {
 		tg.conns.Add(1)
-		rec := &recReader{r: c}
-		br := bufio.NewReader(rec)
-		for {
-			start := rec.buf.Len() - br.Buffered()
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			if req.Header.Get("Expect") == "100-continue" {
-				// As net/http's server does; else the proxy's transport waits a second
-				// (ExpectContinueTimeout) before it sends the body.
-				io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
-			}
-			body, err := io.ReadAll(req.Body)
-			if err != nil {
-				return
-			}
-			raw := rec.buf.Bytes()[start:]
-			raw = raw[:bytes.Index(raw, []byte("\r\n\r\n"))+4]
+		serveRecorded(c, func(rawHead string, req *http.Request, body string) bool {
 			tg.mu.Lock()
-			tg.seen = append(tg.seen, seenReq{string(raw), req, string(body)})
+			tg.seen = append(tg.seen, seenReq{rawHead, req, body})
 			tg.mu.Unlock()
-			if !answer(c, req, string(body)) {
-				return
-			}
-		}
+			return answer(c, req, body)
+		})
 	})
 	return tg
+}
+
+// serveRecorded reads requests from c, answering Expect: 100-continue as net/http's
+// server does (else the proxy's transport waits a second, its ExpectContinueTimeout,
+// before it sends the body), and calls each with the request's raw head as it came off
+// the wire, the parsed request and its body, until each returns false or c ends.
+func serveRecorded(c net.Conn, each func(rawHead string, req *http.Request, body string) bool) {
+	rec := &recReader{r: c}
+	br := bufio.NewReader(rec)
+	for {
+		start := rec.buf.Len() - br.Buffered()
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.Header.Get("Expect") == "100-continue" {
+			io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		raw := rec.buf.Bytes()[start:]
+		head := string(raw[:bytes.Index(raw, []byte("\r\n\r\n"))+4])
+		rec.buf.Next(start) // keep only what the next request needs
+		if !each(head, req, string(body)) {
+			return
+		}
+	}
 }
 
 func (tg *h1Target) requests() []seenReq {
@@ -787,13 +796,7 @@ func TestH1GracefulShutdown(t *testing.T) {
 	busy.send(get1("/slow"))
 	<-started
 
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		shut <- e.srv.Shutdown(ctx)
-	}()
-	waitFor(t, "draining", func() bool { return !e.srv.Ready() })
+	shut := shutdownInBackground(t, e, 5*time.Second)
 	// The idle connection closes while the other request is still running.
 	idle.closed()
 	select {
@@ -811,14 +814,7 @@ func TestH1GracefulShutdown(t *testing.T) {
 		t.Errorf("the in-flight request's response lacks Connection: close (header %v)", res.Header)
 	}
 	busy.closed()
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	waitShutdown(t, shut, 5*time.Second)
 }
 
 // TestH1ClientGone: a client that goes away while its target thinks is noticed at the
@@ -865,13 +861,7 @@ func TestH1ShutdownSparesNewConnections(t *testing.T) {
 		defer e.srv.h1.mu.Unlock()
 		return len(e.srv.h1.m) == 1
 	})
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		shut <- e.srv.Shutdown(ctx)
-	}()
-	waitFor(t, "draining", func() bool { return !e.srv.Ready() })
+	shut := shutdownInBackground(t, e, 5*time.Second)
 	time.Sleep(30 * time.Millisecond) // a few of Shutdown's polls of idle connections
 
 	fresh.send(get1("/late"))
@@ -883,14 +873,7 @@ func TestH1ShutdownSparesNewConnections(t *testing.T) {
 		t.Error("the answer during the drain lacks Connection: close")
 	}
 	fresh.closed()
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	waitShutdown(t, shut, 5*time.Second)
 }
 
 // TestH1BareLFResponseRefusedAtOnce: a target whose response head ends its lines with
@@ -917,4 +900,31 @@ func TestH1BareLFResponseRefusedAtOnce(t *testing.T) {
 		t.Fatalf("answered after %s: the refusal waited for the header timeout", d)
 	}
 	waitFor(t, "request failure counted", func() bool { return e.stat(h1Host).BackendFailures.Request == 1 })
+}
+
+// shutdownInBackground starts a graceful Shutdown bounded by limit and returns once it has
+// begun (the server no longer reports ready); the channel yields Shutdown's result.
+func shutdownInBackground(t testing.TB, e *env, limit time.Duration) <-chan error {
+	t.Helper()
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		shut <- e.srv.Shutdown(ctx)
+	}()
+	waitFor(t, "draining", func() bool { return !e.srv.Ready() })
+	return shut
+}
+
+// waitShutdown fails t unless shut yields nil within limit.
+func waitShutdown(t testing.TB, shut <-chan error, limit time.Duration) {
+	t.Helper()
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(limit):
+		t.Fatal("Shutdown did not return")
+	}
 }

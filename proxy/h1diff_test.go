@@ -62,35 +62,14 @@ type diffSeen struct {
 func newDiffTarget(tb testing.TB) *diffTarget {
 	tg := &diffTarget{}
 	tg.addr = rawServer(tb, func(c net.Conn) {
-		rec := &recReader{r: c}
-		br := bufio.NewReader(rec)
-		for {
-			start := rec.buf.Len() - br.Buffered()
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			if req.Header.Get("Expect") == "100-continue" {
-				// As net/http's server does; else the proxy's transport waits a second
-				// (ExpectContinueTimeout) before it sends the body.
-				io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
-			}
-			body, err := io.ReadAll(req.Body)
-			if err != nil {
-				return
-			}
-			raw := rec.buf.Bytes()[start:]
-			raw = raw[:bytes.Index(raw, []byte("\r\n\r\n"))+4]
-			s := diffSeen{id: req.Header.Get("X-Diff-Id"), rawHead: string(raw), method: req.Method,
-				uri: req.RequestURI, host: req.Host, proto: req.Proto, body: string(body), header: req.Header}
-			rec.buf.Next(start) // keep only what the next request needs
+		serveRecorded(c, func(rawHead string, req *http.Request, body string) bool {
+			s := diffSeen{id: req.Header.Get("X-Diff-Id"), rawHead: rawHead, method: req.Method,
+				uri: req.RequestURI, host: req.Host, proto: req.Proto, body: body, header: req.Header}
 			tg.mu.Lock()
 			tg.seen = append(tg.seen, s)
 			tg.mu.Unlock()
-			if !diffAnswer(c, req, string(body)) {
-				return
-			}
-		}
+			return diffAnswer(c, req, body)
+		})
 	})
 	return tg
 }

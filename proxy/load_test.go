@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -108,19 +107,11 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 		})
 	}
 	waitFor(t, "all requests in flight", func() bool { return started.Load() == n })
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		shut <- e.srv.Shutdown(ctx)
-	}()
-	waitFor(t, "not ready", func() bool { return !e.srv.Ready() })
+	shut := shutdownInBackground(t, e, 10*time.Second)
 	time.Sleep(50 * time.Millisecond) // let Shutdown close the listeners first
 	close(release)
 	wg.Wait()
-	if err := <-shut; err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
+	waitShutdown(t, shut, 10*time.Second)
 	errs.check(t)
 	select {
 	case err := <-e.served:
