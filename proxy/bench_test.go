@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -132,53 +131,25 @@ func readRawResponse(br *bufio.Reader) error {
 	return err
 }
 
-// rawTarget is a minimal keep-alive HTTP/1.1 target answering "hello" to every request.
+// rawTarget is a minimal keep-alive HTTP/1.1 target answering "hello" to every request;
+// it allocates nothing per request (TestH1HotPathAllocs counts the whole process).
 func rawTarget(b testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	b.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close() // idle in the proxy's pool otherwise
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
 	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello")
-	wg.Go(func() {
+	return rawServer(b, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			for {
+				line, err := br.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if len(line) <= 2 {
+					break
+				}
+			}
+			if _, err := c.Write(resp); err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					for {
-						line, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(line) <= 2 {
-							break
-						}
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			})
 		}
 	})
-	return ln.Addr().String()
 }

@@ -351,3 +351,18 @@ func rawServer(t testing.TB, handle func(net.Conn)) string {
 	})
 	return ln.Addr().String()
 }
+
+// waitServed fails t unless Serve returns nil within 5 s (after a Shutdown or a cancel);
+// it puts the result back for the env's cleanup.
+func (e *env) waitServed(t testing.TB) {
+	t.Helper()
+	select {
+	case err := <-e.served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		e.served <- nil
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+}

@@ -316,15 +316,7 @@ func TestHTTP3ShutdownReleasesPort(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("Shutdown took %v", d)
 	}
-	select {
-	case err := <-e.served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		e.served <- nil
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return")
-	}
+	e.waitServed(t)
 	if n := e.totals.Snapshot().Conns[stats.ProtoHTTP3]; n != 0 {
 		t.Errorf("%d HTTP/3 connections still counted after Serve returned", n)
 	}
@@ -375,15 +367,7 @@ func TestHTTP3ShutdownDeadline(t *testing.T) {
 	if _, err := io.ReadAll(res.Body); err == nil {
 		t.Errorf("body of the cut-off response ended cleanly")
 	}
-	select {
-	case err := <-e.served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		e.served <- nil
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return")
-	}
+	e.waitServed(t)
 	if n := e.totals.Snapshot().Conns[stats.ProtoHTTP3]; n != 0 {
 		t.Errorf("%d HTTP/3 connections still counted", n)
 	}

@@ -113,13 +113,5 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	wg.Wait()
 	waitShutdown(t, shut, 10*time.Second)
 	errs.check(t)
-	select {
-	case err := <-e.served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		e.served <- nil // for the cleanup
-	case <-time.After(5 * time.Second):
-		t.Errorf("Serve did not return")
-	}
+	e.waitServed(t)
 }

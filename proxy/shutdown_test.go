@@ -42,15 +42,7 @@ func TestShutdownClosesWebSocketsAtDeadline(t *testing.T) {
 	if _, _, err := c.Read(ctx); err == nil {
 		t.Fatalf("tunnel still open after the forced close")
 	}
-	select {
-	case err := <-e.served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		e.served <- nil
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return")
-	}
+	e.waitServed(t)
 }
 
 func TestAccessLogNamesNoSecret(t *testing.T) {
