@@ -58,6 +58,12 @@ type clientConn struct {
 	counted       atomic.Bool   // the connection was attributed to a hostname
 	hijacked      atomic.Bool
 
+	// sni and cert are the TLS connection's server name and the certificate it was
+	// handshaken with (set by handshake, read after it): a request for a host cert does
+	// not cover is answered 421 (covers).
+	sni  string
+	cert *tls.Certificate
+
 	acctRead, acctWrite int64       // positions already attributed to a request
 	lastHost            *stats.Host // hostname of the last request; nil for unknown hosts
 
@@ -125,7 +131,11 @@ func (c *clientConn) handshake() error {
 	if c.hsErr != nil {
 		return c.hsErr
 	}
-	if err := c.tc.Handshake(); err != nil {
+	err := c.tc.Handshake()
+	if v, ok := c.s.hsCerts.LoadAndDelete(c.tc.NetConn()); ok {
+		c.cert = v.(*tls.Certificate)
+	}
+	if err != nil {
 		c.s.totals.TLSHandshakeFailure()
 		// A *net.OpError with Op "read" makes net/http close quietly instead of trying to
 		// write a 400 response through a broken TLS connection.
@@ -133,6 +143,7 @@ func (c *clientConn) handshake() error {
 		return c.hsErr
 	}
 	st := c.tc.ConnectionState()
+	c.sni = st.ServerName
 	if st.NegotiatedProtocol == "h2" {
 		c.setProto(stats.ProtoHTTP2)
 	}
@@ -154,6 +165,12 @@ func (c *clientConn) setProto(p stats.Proto) {
 }
 
 func (c *clientConn) isTLS() bool { return c.tc != nil }
+
+// covers reports whether this connection may serve host: always on plain connections,
+// on TLS ones when its certificate covers host (certCovers).
+func (c *clientConn) covers(host string) bool {
+	return c.tc == nil || certCovers(c.cert, c.sni, host)
+}
 
 // connState keeps Totals.Conn and flushes the bytes of a closing HTTP/1.1 connection that
 // no request has claimed yet (the tail of the last response) to its last hostname.

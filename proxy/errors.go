@@ -18,17 +18,21 @@ import (
 type outcome uint8
 
 const (
-	outcomeOK               outcome = iota
-	outcomeConnect                  // dial failed or timed out: 502, counted "connect"
-	outcomeTimeout                  // no response header in time: 504, counted "request"
-	outcomeRequest                  // reset or malformed response: 502, counted "request"
-	outcomeHandshake                // WebSocket upgrade broken or refused without response: 502, "handshake"
-	outcomeClientGone               // the client went away: nothing to answer, not a backend failure
-	outcomeClientBody               // reading the client's request body failed: 400, not a backend failure
-	outcomeNoTable                  // no route table applied yet: 503 with Retry-After
-	outcomeUnknownHost              // Host matches no route: 404
-	outcomeMethodNotAllowed         // CONNECT: this is not a forward proxy
-	outcomeUnavailable              // shutting down (no new tunnels): 503
+	outcomeOK                outcome = iota
+	outcomeConnect                   // dial failed or timed out: 502, counted "connect"
+	outcomeTimeout                   // no response header in time: 504, counted "request"
+	outcomeRequest                   // reset or malformed response: 502, counted "request"
+	outcomeHandshake                 // WebSocket upgrade broken or refused without response: 502, "handshake"
+	outcomeClientGone                // the client went away: nothing to answer, not a backend failure
+	outcomeClientBody                // reading the client's request body failed: 400, not a backend failure
+	outcomeClientBodyTimeout         // the request body stalled (Config.ClientBodyTimeout): 408, not a backend failure
+	outcomeClientStalled             // the client stopped taking its response (Config.ClientSendTimeout): cut, recorded as 499, not a backend failure
+	outcomeNoTable                   // no route table applied yet: 503 with Retry-After
+	outcomeUnknownHost               // Host matches no route: 404
+	outcomeMethodNotAllowed          // CONNECT: this is not a forward proxy
+	outcomeUnavailable               // shutting down (no new tunnels): 503
+	outcomeBadRequest                // a malformed or ambiguous request head: 400, then the connection closes
+	outcomeMisdirected               // TLS: the connection's certificate does not cover the request's host: 421
 )
 
 // status returns the HTTP status answered for o (0 for outcomes that answer nothing).
@@ -38,8 +42,12 @@ func (o outcome) status() int {
 		return http.StatusBadGateway
 	case outcomeTimeout:
 		return http.StatusGatewayTimeout
-	case outcomeClientBody:
+	case outcomeClientBody, outcomeBadRequest:
 		return http.StatusBadRequest
+	case outcomeMisdirected:
+		return http.StatusMisdirectedRequest
+	case outcomeClientBodyTimeout:
+		return http.StatusRequestTimeout
 	case outcomeNoTable, outcomeUnavailable:
 		return http.StatusServiceUnavailable
 	case outcomeUnknownHost:
@@ -71,8 +79,13 @@ func (e *dialError) Error() string { return "dial target: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
 // classify maps a RoundTrip error. Client-side causes come first: a request whose client
-// went away or whose body could not be read is never a backend failure.
+// went away or whose body could not be read is never a backend failure. A stalled body
+// comes before everything: on HTTP/1.1 the failed read also cancels the request's
+// context, and that client still gets its 408.
 func classify(err error, r *http.Request, body *trackedBody) outcome {
+	if body != nil && body.timedOut.Load() {
+		return outcomeClientBodyTimeout
+	}
 	if r.Context().Err() != nil || errors.Is(err, context.Canceled) {
 		return outcomeClientGone
 	}
@@ -115,7 +128,7 @@ type errorBody struct {
 
 var errorBodies = func() map[int]errorBody {
 	m := make(map[int]errorBody)
-	for _, code := range []int{400, 404, 405, 502, 503, 504} {
+	for _, code := range []int{400, 404, 405, 408, 421, 502, 503, 504} {
 		t := strconv.Itoa(code) + " " + http.StatusText(code) + "\n"
 		m[code] = errorBody{text: []byte(t), clen: []string{strconv.Itoa(len(t))}}
 	}

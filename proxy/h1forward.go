@@ -43,6 +43,8 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	switch {
 	case t == nil:
 		status = c.answer(w, outcomeNoTable)
+	case c.secure && !c.cc.covers(unsafe.String(&req.host[0], len(req.host))):
+		status = c.answer(w, outcomeMisdirected)
 	default:
 		e = t.Lookup(unsafe.String(&req.host[0], len(req.host)))
 		switch {
@@ -233,8 +235,8 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	for i := range req.fields {
 		f := &req.fields[i]
 		switch f.kind {
-		case fkDrop, fkConnection, fkTE:
-			continue
+		case fkDrop, fkConnection, fkTE, fkContentLength:
+			continue // Content-Length is written below, from the body forwarded
 		case fkXFF, fkXFProto, fkXFHost, fkForwarded, fkXRealIP:
 			if !c.trusted {
 				continue
@@ -257,6 +259,13 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	}
 	if req.teTrailers {
 		b = append(b, "Te: trailers\r\n"...)
+	}
+	if req.hasCL || len(body) > 0 {
+		// The framing of what is forwarded is derived from the body forwarded, in
+		// canonical form, whatever the client's field looked like.
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
 	}
 	proto := "http"
 	if c.secure {
@@ -478,30 +487,31 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 
 	// The head.
 	head := res.head
-	sentCL := false
 	b := append(w.wb[:0], "HTTP/1.1 "...)
 	b = append(b, head[len("HTTP/1.1 "):res.reasonE]...)
 	b = append(b, "\r\n"...)
 	for i := range res.fields {
 		f := &res.fields[i]
 		switch f.kind {
-		case fkDrop, fkConnection, fkKeepAlive, fkTransferEncoding:
-			continue
+		case fkDrop, fkConnection, fkKeepAlive, fkTransferEncoding, fkContentLength:
+			continue // framing is written below, from what we relay
 		case fkAltSvc:
 			if c.altSvc {
 				continue // we are the origin the client talks to
 			}
-		case fkContentLength:
-			if frame == frameChunked || sentCL {
-				continue // a repeated identical value is sent once
-			}
-			sentCL = true
 		}
 		b = append(b, head[f.ns:f.ve]...)
 		b = append(b, "\r\n"...)
 	}
-	if frame == frameChunked || frame == frameClose {
+	switch {
+	case frame == frameChunked || frame == frameClose:
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	case res.contentLength >= 0:
+		// The body's length (or, for HEAD and 304, the length the target states), in
+		// canonical form.
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, res.contentLength, 10)
+		b = append(b, "\r\n"...)
 	}
 	b = c.appendCommon(b, res.hasDate)
 	b = append(b, "\r\n"...)

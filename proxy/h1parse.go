@@ -49,8 +49,11 @@ type h1Req struct {
 	methodEnd      uint32 // method is head[:methodEnd]
 	targetS        uint32 // target is head[targetS:targetE]
 	targetE        uint32
+	lineEnd        uint32 // the fields start here
 	host           []byte
 	contentLength  int64
+	hasCL          bool // the client sent Content-Length (forwarded as len(body))
+	http11         bool // the request line says HTTP/1.1
 	connClose      bool
 	teTrailers     bool
 	hasProxyFields bool // X-Forwarded-*, Forwarded or X-Real-Ip came from the client
@@ -109,31 +112,150 @@ func headEnd(b []byte, from int) int {
 
 var crlfcrlf = []byte("\r\n\r\n")
 
+// h1Verdict is what the request parser decided about a head.
+type h1Verdict uint8
+
+const (
+	// h1Fast: within the fast path's subset; served here.
+	h1Fast h1Verdict = iota
+	// h1Other: well-formed as far as the fast path can tell but outside its subset
+	// (another version, another target form, Transfer-Encoding, Expect, Upgrade,
+	// obsolete line folding, too many fields): net/http serves the connection from here.
+	h1Other
+	// h1Bad: malformed or ambiguous framing or routing (bare CR or LF, control bytes, a
+	// bad field name, Connection naming a framing field or Host, Content-Length with
+	// Transfer-Encoding, a malformed or conflicting Content-Length, a missing, repeated or
+	// malformed Host): answered 400 here and the connection closed. Nothing of it reaches
+	// a target, and net/http never gets to read the rest of the stream differently.
+	h1Bad
+)
+
 // parseRequest parses head, a complete request head ending in CRLF CRLF, into r using
-// fields as storage. It reports false for anything outside the fast path's subset:
-// another version than HTTP/1.1, a target not in origin form, obsolete line folding,
-// a bare LF, invalid bytes, Transfer-Encoding, Expect, Upgrade, a missing or repeated
-// Host, a repeated or malformed Content-Length, or too many fields.
-func parseRequest(r *h1Req, head []byte, fields []h1Field) bool {
+// fields as storage, and judges it (h1Verdict). The whole head is read before a verdict
+// of h1Other is given, so that a head that is also malformed is refused here whatever
+// would have sent it to net/http.
+func parseRequest(r *h1Req, head []byte, fields []h1Field) h1Verdict {
 	*r = h1Req{head: head, contentLength: 0, fields: fields[:0]}
-	// Request line: method SP origin-form SP HTTP/1.1 CRLF.
+	v := parseRequestLine(r, head)
+	if v == h1Bad {
+		return h1Bad
+	}
+	i := int(r.lineEnd)
+	hosts := 0
+	var sawTE, clDiffers bool
+	for {
+		if i+1 >= len(head) {
+			return h1Bad
+		}
+		if head[i] == '\r' && head[i+1] == '\n' {
+			break // the blank line ends the head
+		}
+		f, next, fv := parseField(head, i)
+		switch fv {
+		case h1Bad:
+			return h1Bad
+		case h1Other:
+			// Obsolete line folding: net/http's to judge. The rest of the head is still
+			// read here, so that what the fast path refuses (Content-Length beside a
+			// folded Transfer-Encoding, say) is refused whatever the folding.
+			e := bytes.Index(head[i:], []byte("\r\n"))
+			if e < 0 || scanRestBad(head[i:i+e+2]) == h1Bad {
+				return h1Bad
+			}
+			i += e + 2
+			v = max(v, h1Other)
+			continue
+		}
+		i = next
+		name, val := f.name(head), f.value(head)
+		f.kind = requestFieldKind(name)
+		switch f.kind {
+		case fkHandoff:
+			v = max(v, h1Other)
+		case fkTransferEncoding:
+			sawTE = true
+			v = max(v, h1Other)
+		case fkHost:
+			hosts++
+			r.host = val
+		case fkContentLength:
+			n, ok := parseContentLength(val)
+			if !ok {
+				if len(val) > 0 && allDigits(val) {
+					v = max(v, h1Other) // long, maybe valid: net/http's call
+					continue
+				}
+				return h1Bad // empty, signed, hex, spaces: never a length
+			}
+			if r.hasCL && n != r.contentLength {
+				clDiffers = true
+			} else if r.hasCL {
+				v = max(v, h1Other) // a repeated equal value: net/http folds it
+			}
+			r.hasCL, r.contentLength = true, n
+		case fkConnection:
+			if hasConnToken(val, "close") {
+				r.connClose = true
+			}
+			if namesProtectedField(val) {
+				return h1Bad
+			}
+		case fkXFF, fkXFProto, fkXFHost, fkForwarded, fkXRealIP:
+			r.hasProxyFields = true
+		}
+		if len(r.fields) == cap(r.fields) {
+			v = max(v, h1Other) // more fields than the fast path keeps: judged, not kept
+			continue
+		}
+		r.fields = append(r.fields, f)
+	}
+	switch {
+	case clDiffers, sawTE && r.hasCL, hosts > 1:
+		return h1Bad
+	case hosts == 0:
+		if r.http11 {
+			return h1Bad // RFC 9112 §3.2: an HTTP/1.1 request without Host
+		}
+		return max(v, h1Other) // HTTP/1.0, the h2c preface: net/http's call
+	case len(r.host) == 0:
+		return max(v, h1Other) // an empty Host routes nowhere: net/http answers it
+	case !validHost(r.host):
+		return h1Bad
+	}
+	dropConnectionNamed(head, r.fields)
+	for j := range r.fields {
+		if f := &r.fields[j]; f.kind == fkTE && hasTokenBytes(f.value(head), "trailers") {
+			r.teTrailers = true
+		}
+	}
+	return v
+}
+
+// parseRequestLine parses "method SP target SP version CRLF" at the start of head and
+// sets r's spans and lineEnd. Only origin-form targets and HTTP/1.1 are fast.
+func parseRequestLine(r *h1Req, head []byte) h1Verdict {
 	i := 0
 	for i < len(head) && tchar[head[i]] {
 		i++
 	}
 	if i == 0 || i >= len(head) || head[i] != ' ' {
-		return false
+		return h1Bad // no method, or a byte no method may hold
 	}
 	r.methodEnd = uint32(i)
 	i++
 	ts := i
+	v := h1Fast
 	if i >= len(head) || head[i] != '/' {
-		return false
+		v = h1Other // absolute-form, authority-form, asterisk-form
 	}
 	inQuery := false
 	for ; i < len(head); i++ {
 		c := head[i]
-		if c <= ' ' || c >= 0x7f {
+		if c >= 0x80 {
+			v = h1Other // raw UTF-8 and the like: net/http's call
+			continue
+		}
+		if c <= ' ' || c == 0x7f {
 			break
 		}
 		switch c {
@@ -142,84 +264,141 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) bool {
 		case '%':
 			// net/http rejects a malformed escape in the path (not in the query).
 			if !inQuery && (i+2 >= len(head) || unhex(head[i+1]) < 0 || unhex(head[i+2]) < 0) {
-				return false
+				v = h1Other
 			}
 		}
 	}
 	r.targetS, r.targetE = uint32(ts), uint32(i)
-	if !bytes.HasPrefix(head[i:], []byte(" HTTP/1.1\r\n")) {
-		return false
+	if i == ts {
+		return h1Bad
 	}
-	i += len(" HTTP/1.1\r\n")
+	if i < len(head) && head[i] != ' ' {
+		return h1Bad // a control byte in the target
+	}
+	rest := head[i:]
+	switch {
+	case bytes.HasPrefix(rest, []byte(" HTTP/1.1\r\n")):
+		r.http11 = true
+	case len(rest) >= 11 && bytes.HasPrefix(rest, []byte(" HTTP/")) && rest[9] == '\r' && rest[10] == '\n':
+		v = h1Other // another version: net/http answers it (HTTP/1.0, or 505)
+	default:
+		return h1Bad
+	}
+	r.lineEnd = uint32(i + 11)
+	return v
+}
 
-	hosts := 0
-	seenCL := false
-	for {
-		if i+1 >= len(head) {
+// scanRestBad reports h1Bad when b holds a bare CR or LF or a control byte that no head
+// may hold, else h1Other.
+func scanRestBad(b []byte) h1Verdict {
+	if hasBareLineEnd(b) {
+		return h1Bad
+	}
+	for _, c := range b {
+		if c != '\r' && c != '\n' && badValueByte[c] {
+			return h1Bad
+		}
+	}
+	return h1Other
+}
+
+// hasBareLineEnd reports whether b holds an LF not preceded by CR, or a CR followed by
+// anything but LF (a CR at the very end of b may still get its LF).
+func hasBareLineEnd(b []byte) bool {
+	for i := 0; i < len(b); {
+		j := bytes.IndexAny(b[i:], "\r\n")
+		if j < 0 {
 			return false
 		}
-		if head[i] == '\r' && head[i+1] == '\n' {
-			break // the blank line ends the head
+		i += j
+		switch {
+		case b[i] == '\n':
+			return true // an LF that no CR precedes (CR LF pairs are skipped below)
+		case i+1 < len(b) && b[i+1] != '\n':
+			return true
 		}
-		f, next, ok := parseField(head, i)
-		if !ok || len(r.fields) == cap(r.fields) {
-			return false // obs-fold, space before the colon, a bad name or value, too many
-		}
-		i = next
-		name, val := f.name(head), f.value(head)
-		f.kind = requestFieldKind(name)
-		switch f.kind {
-		case fkHandoff:
-			return false
-		case fkHost:
-			hosts++
-			r.host = val
-		case fkContentLength:
-			if seenCL {
-				return false
-			}
-			seenCL = true
-			n, ok := parseContentLength(val)
-			if !ok {
-				return false
-			}
-			r.contentLength = n
-		case fkConnection:
-			if hasConnToken(val, "close") {
-				r.connClose = true
-			}
-		case fkTE:
-			if hasTokenBytes(val, "trailers") {
-				r.teTrailers = true
-			}
-		case fkXFF, fkXFProto, fkXFHost, fkForwarded, fkXRealIP:
-			r.hasProxyFields = true
-		}
-		r.fields = append(r.fields, f)
+		i += 2
 	}
-	if hosts != 1 || len(r.host) == 0 {
-		return false
+	return false
+}
+
+// namesProtectedField reports whether a Connection value names a field that a
+// Connection option must never remove: the framing fields and Host. RFC 9110 §7.6.1
+// forbids such options; honouring one would forward a head whose framing or routing
+// differs from what was read.
+func namesProtectedField(v []byte) bool {
+	for len(v) > 0 {
+		var t []byte
+		t, v, _ = bytes.Cut(v, []byte{','})
+		t = trimOWS(t)
+		if eqFold(t, "content-length") || eqFold(t, "transfer-encoding") || eqFold(t, "host") {
+			return true
+		}
 	}
-	for _, c := range r.host {
+	return false
+}
+
+// validHost reports whether h is a Host value net/http accepts (httpguts.ValidHostHeader)
+// whose port, if any, is all digits: "b.test:evil.example" routes nowhere.
+func validHost(h []byte) bool {
+	for _, c := range h {
 		if !hostByte[c] {
 			return false
 		}
 	}
-	dropConnectionNamed(head, r.fields)
+	return validHostPort(h)
+}
+
+// validHostPort reports whether the port of host (after the last ':' that is not inside
+// an IPv6 literal) is empty or decimal digits, at most five.
+func validHostPort[T string | []byte](host T) bool {
+	i := len(host) - 1
+	for ; i >= 0; i-- {
+		if host[i] == ':' {
+			break
+		}
+		if host[i] == ']' {
+			return true
+		}
+	}
+	if i < 0 {
+		return true
+	}
+	if host[0] != '[' {
+		// "a:b:c": only an IPv6 literal in brackets may hold more than one colon.
+		for k := 0; k < i; k++ {
+			if host[k] == ':' {
+				return false
+			}
+		}
+	}
+	port := host[i+1:]
+	if len(port) > 5 {
+		return false
+	}
+	for k := 0; k < len(port); k++ {
+		if port[k] < '0' || port[k] > '9' {
+			return false
+		}
+	}
 	return true
 }
 
 // parseField parses the header line at head[i:] (not the blank line ending the head):
 // a token name, a colon, optional whitespace, a value without control bytes (HTAB
 // aside), CRLF. It returns the field, trailing whitespace trimmed, and where the next
-// line starts.
-func parseField(head []byte, i int) (f h1Field, next int, ok bool) {
+// line starts. The verdict is h1Other for a line that starts with whitespace (obsolete
+// line folding) and h1Bad for anything else that is not such a line.
+func parseField(head []byte, i int) (f h1Field, next int, v h1Verdict) {
 	ns := i
 	for i < len(head) && tchar[head[i]] {
 		i++
 	}
+	if i == ns && i < len(head) && (head[i] == ' ' || head[i] == '\t') {
+		return f, 0, h1Other
+	}
 	if i == ns || i >= len(head) || head[i] != ':' {
-		return f, 0, false
+		return f, 0, h1Bad
 	}
 	ne := i
 	i++
@@ -231,13 +410,13 @@ func parseField(head []byte, i int) (f h1Field, next int, ok bool) {
 		i++
 	}
 	if i+1 >= len(head) || head[i] != '\r' || head[i+1] != '\n' {
-		return f, 0, false
+		return f, 0, h1Bad
 	}
 	ve := i
 	for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
 		ve--
 	}
-	return h1Field{ns: uint32(ns), ne: uint32(ne), vs: uint32(vs), ve: uint32(ve)}, i + 2, true
+	return h1Field{ns: uint32(ns), ne: uint32(ne), vs: uint32(vs), ve: uint32(ve)}, i + 2, h1Fast
 }
 
 // fkHandoff marks a request field that sends the connection to net/http.
@@ -280,7 +459,7 @@ func requestFieldKind(name []byte) uint8 {
 	case eqFold(name, "content-length"):
 		return fkContentLength
 	case eqFold(name, "transfer-encoding"):
-		return fkHandoff
+		return fkTransferEncoding
 	case eqFold(name, "x-forwarded-for"):
 		return fkXFF
 	case eqFold(name, "x-forwarded-proto"):
@@ -338,7 +517,10 @@ func responseFieldKind(name []byte) uint8 {
 	return fkOther
 }
 
-// dropConnectionNamed marks the fields that a Connection field names as hop-by-hop.
+// dropConnectionNamed marks the fields that a Connection field names as hop-by-hop,
+// except the framing fields and Host: what frames and routes a forwarded message is
+// derived from what is forwarded, never removed by an option (a request naming one was
+// refused already; a response naming one is framed by us all the same).
 func dropConnectionNamed(head []byte, fields []h1Field) {
 	for i := range fields {
 		if fields[i].kind != fkConnection {
@@ -353,12 +535,25 @@ func dropConnectionNamed(head []byte, fields []h1Field) {
 				continue
 			}
 			for j := range fields {
-				if fields[j].kind != fkConnection && eqFoldBytes(fields[j].name(head), tok) {
+				switch fields[j].kind {
+				case fkConnection, fkContentLength, fkTransferEncoding, fkHost:
+					continue
+				}
+				if eqFoldBytes(fields[j].name(head), tok) {
 					fields[j].kind = fkDrop
 				}
 			}
 		}
 	}
+}
+
+func allDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // parseContentLength accepts 1 to 18 decimal digits.
@@ -545,8 +740,8 @@ func parseResponse(r *h1Res, head []byte, fields []h1Field) error {
 		if len(r.fields) == cap(r.fields) {
 			return errTooManyFields
 		}
-		f, next, ok := parseField(head, i)
-		if !ok {
+		f, next, fv := parseField(head, i)
+		if fv != h1Fast {
 			return errBadResponse
 		}
 		i = next
@@ -576,9 +771,14 @@ func parseResponse(r *h1Res, head []byte, fields []h1Field) error {
 		}
 		r.fields = append(r.fields, f)
 	}
-	if !r.chunked {
-		r.contentLength = cl
+	if r.chunked && cl >= 0 {
+		// RFC 9112 §6.3: Transfer-Encoding wins and Content-Length is not forwarded;
+		// but which framing the target meant is unknown, so its connection is not
+		// used again.
+		r.connClose = true
+		cl = -1
 	}
+	r.contentLength = cl
 	if r.http10 && !r.keepAlive {
 		r.connClose = true
 	}

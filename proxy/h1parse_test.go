@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // h1RequestSeeds are valid and tricky request heads for FuzzH1RequestSubset: some the
@@ -66,7 +68,7 @@ func FuzzH1RequestSubset(f *testing.F) {
 			return
 		}
 		head := slices.Clone(data[:n])
-		if !parseRequest(&r, head, fields) {
+		if parseRequest(&r, head, fields) != h1Fast {
 			return
 		}
 		if !bytes.Equal(head, data[:n]) {
@@ -140,45 +142,73 @@ func checkSameAsNetHTTP(t *testing.T, r *h1Req, head []byte) {
 // TestParseRequestSubset pins the accept/refuse decision for the seed heads and a few
 // more, so a change to the subset is a visible decision, not a fuzzing surprise.
 func TestParseRequestSubset(t *testing.T) {
+	const F, O, B = h1Fast, h1Other, h1Bad
 	tests := []struct {
 		name string
 		head string
-		ok   bool
+		want h1Verdict
 	}{
-		{"simple GET", h1RequestSeeds[0], true},
-		{"POST with Content-Length", "POST /submit?x=1 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\n", true},
-		{"many fields", h1RequestSeeds[2], true},
-		{"Connection close", h1RequestSeeds[3], true},
-		{"obs-fold", h1RequestSeeds[6], false},
-		{"bare LF", h1RequestSeeds[7], false},
-		{"bare LF in a field", h1RequestSeeds[8], false},
-		{"CL and TE", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", false},
-		{"duplicate CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", false},
-		{"duplicate Host", h1RequestSeeds[11], false},
-		{"missing Host", h1RequestSeeds[12], false},
-		{"empty Host", "GET / HTTP/1.1\r\nHost: \r\n\r\n", false},
-		{"bad Host byte", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", false},
-		{"HTTP/1.0", h1RequestSeeds[13], false},
-		{"absolute-form", h1RequestSeeds[14], false},
-		{"asterisk", h1RequestSeeds[15], false},
-		{"bad escape in path", h1RequestSeeds[16], false},
-		{"bad escape at path end", "GET /a% HTTP/1.1\r\nHost: a.test\r\n\r\n", false},
-		{"bad escape in query", h1RequestSeeds[17], true}, // net/http does not check the query
-		{"tabs in value", h1RequestSeeds[18], true},
-		{"high bytes in value", h1RequestSeeds[19], true},
-		{"space before colon", h1RequestSeeds[20], false},
-		{"empty name", h1RequestSeeds[21], false},
-		{"signed CL", h1RequestSeeds[22], false},
-		{"Expect", h1RequestSeeds[23], false},
-		{"Upgrade", "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", false},
-		{"DEL in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x7fb\r\n\r\n", false},
-		{"NUL in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x00b\r\n\r\n", false},
-		{"CR in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\rb\r\n\r\n", false},
-		{"lowercase version", "GET / http/1.1\r\nHost: a.test\r\n\r\n", false},
-		{"two spaces", "GET  / HTTP/1.1\r\nHost: a.test\r\n\r\n", false},
-		{"19-digit CL", "GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1000000000000000000\r\n\r\n", false},
-		{"101 fields", "GET / HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", 100) + "\r\n", false},
-		{"100 fields", "GET / HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", 99) + "\r\n", true},
+		{"simple GET", h1RequestSeeds[0], F},
+		{"POST with Content-Length", "POST /submit?x=1 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\n", F},
+		{"many fields", h1RequestSeeds[2], F},
+		{"Connection close", h1RequestSeeds[3], F},
+		{"obs-fold", h1RequestSeeds[6], O},
+		{"bare LF", "GET / HTTP/1.1\nHost: a.test\r\n\r\n", B},
+		{"bare LF in a field", h1RequestSeeds[8], B},
+		{"bare LF after obs-fold", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\r\n b\nY: c\r\n\r\n", B},
+		{"CL and TE", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", B},
+		{"TE and CL", "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", B},
+		{"TE alone", "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n", O},
+		{"duplicate equal CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", O},
+		{"duplicate differing CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", B},
+		{"CL with leading zeros", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 003\r\n\r\n", F},
+		{"hex CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0x3\r\n\r\n", B},
+		{"empty CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: \r\n\r\n", B},
+		{"duplicate Host", h1RequestSeeds[11], B},
+		{"missing Host", h1RequestSeeds[12], B},
+		{"empty Host", "GET / HTTP/1.1\r\nHost: \r\n\r\n", O},
+		{"bad Host byte", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", B},
+		{"userinfo in Host", "GET / HTTP/1.1\r\nHost: user@a.test\r\n\r\n", B},
+		{"non-numeric port", "GET / HTTP/1.1\r\nHost: b.test:evil.example\r\n\r\n", B},
+		{"two colons", "GET / HTTP/1.1\r\nHost: b.test:1:2\r\n\r\n", B},
+		{"numeric port", "GET / HTTP/1.1\r\nHost: b.test:8080\r\n\r\n", F},
+		{"empty port", "GET / HTTP/1.1\r\nHost: b.test:\r\n\r\n", F},
+		{"IPv6 literal with port", "GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", F},
+		{"Connection names Content-Length", "POST / HTTP/1.1\r\nHost: a.test\r\nConnection: Content-Length\r\nContent-Length: 3\r\n\r\n", B},
+		{"Connection names content-length in a list", "POST / HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive, content-length\r\nContent-Length: 3\r\n\r\n", B},
+		{"Connection names Transfer-Encoding", "POST / HTTP/1.1\r\nHost: a.test\r\nConnection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n\r\n", B},
+		{"Connection names Host", "GET / HTTP/1.1\r\nHost: a.test\r\nConnection: Host\r\n\r\n", B},
+		{"Connection names Host after Expect", "GET / HTTP/1.1\r\nExpect: 100-continue\r\nHost: a.test\r\nConnection: Host\r\n\r\n", B},
+		{"Connection names X-Forwarded-For", "GET / HTTP/1.1\r\nHost: a.test\r\nConnection: X-Forwarded-For\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n", F},
+		{"HTTP/1.0", h1RequestSeeds[13], O},
+		{"HTTP/2.0 line", "GET / HTTP/2.0\r\nHost: a.test\r\n\r\n", O},
+		{"h2c preface", "PRI * HTTP/2.0\r\n\r\n", O},
+		{"absolute-form", h1RequestSeeds[14], O},
+		{"asterisk", h1RequestSeeds[15], O},
+		{"bad escape in path", h1RequestSeeds[16], O},
+		{"bad escape at path end", "GET /a% HTTP/1.1\r\nHost: a.test\r\n\r\n", O},
+		{"bad escape in query", h1RequestSeeds[17], F}, // net/http does not check the query
+		{"tabs in value", h1RequestSeeds[18], F},
+		{"high bytes in value", h1RequestSeeds[19], F},
+		{"high bytes in target", "GET /caf\xc3\xa9 HTTP/1.1\r\nHost: a.test\r\n\r\n", O},
+		{"control byte in target", "GET /a\x01 HTTP/1.1\r\nHost: a.test\r\n\r\n", B},
+		{"space before colon", h1RequestSeeds[20], B},
+		{"empty name", h1RequestSeeds[21], B},
+		{"signed CL", h1RequestSeeds[22], B},
+		{"Expect", h1RequestSeeds[23], O},
+		{"Upgrade", "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", O},
+		{"DEL in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x7fb\r\n\r\n", B},
+		{"NUL in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\x00b\r\n\r\n", B},
+		{"CR in value", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\rb\r\n\r\n", B},
+		{"lowercase version", "GET / http/1.1\r\nHost: a.test\r\n\r\n", B},
+		{"two spaces", "GET  / HTTP/1.1\r\nHost: a.test\r\n\r\n", B},
+		{"no method", " / HTTP/1.1\r\nHost: a.test\r\n\r\n", B},
+		{"too short", "X\r\n\r\n", B},
+		{"no version", "GET /\r\n\r\n", B},
+		{"19-digit CL", "GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1000000000000000000\r\n\r\n", O},
+		{"101 fields", "GET / HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", 100) + "\r\n", O},
+		{"101 fields, Host last", "GET / HTTP/1.1\r\n" + strings.Repeat("X: y\r\n", 100) + "Host: a.test\r\n\r\n", O},
+		{"100 fields", "GET / HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", 99) + "\r\n", F},
 	}
 	fields := make([]h1Field, h1MaxFields)
 	for _, tc := range tests {
@@ -189,14 +219,47 @@ func TestParseRequestSubset(t *testing.T) {
 				t.Fatalf("test head is not exactly one head (%d of %d)", n, len(head))
 			}
 			got := parseRequest(&r, head, fields)
-			if got != tc.ok {
-				t.Fatalf("parseRequest = %v, want %v", got, tc.ok)
+			if got != tc.want {
+				t.Fatalf("parseRequest = %d, want %d (0 fast, 1 other, 2 bad)", got, tc.want)
 			}
-			if got {
+			switch got {
+			case h1Fast:
 				checkSameAsNetHTTP(t, &r, head)
+			case h1Bad:
+				checkRefusalJustified(t, head)
 			}
 		})
 	}
+}
+
+// checkRefusalJustified fails t unless net/http also refuses head, or head is one of
+// the cases the fast path refuses on purpose where net/http is lenient: a bare line end,
+// Connection naming a framing field or Host, Content-Length beside Transfer-Encoding, a
+// non-numeric Host port.
+func checkRefusalJustified(t *testing.T, head []byte) {
+	t.Helper()
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		return
+	}
+	switch {
+	case hasBareLineEnd(head),
+		len(req.TransferEncoding) > 0 && bytes.Contains(bytes.ToLower(head), []byte("content-length")),
+		!httpguts.ValidHostHeader(req.Host), !validHostPort(req.Host):
+		return
+	}
+	for _, v := range req.Header["Connection"] {
+		if namesProtectedField([]byte(v)) {
+			return
+		}
+	}
+	if req.ProtoAtLeast(1, 1) && len(req.Header.Values("Host")) == 0 && req.Host == "" {
+		return // net/http's ReadRequest leaves the missing-Host check to the server
+	}
+	if _, dup := req.Header["Host"]; dup {
+		return // a second Host (net/http's server refuses it)
+	}
+	t.Errorf("refused %q, which net/http reads as %s %s", head, req.Method, req.RequestURI)
 }
 
 // TestParseRequestFields checks what the forwarding code relies on: field kinds
@@ -207,8 +270,8 @@ func TestParseRequestFields(t *testing.T) {
 		"Keep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: gzip, trailers;q=1\r\nX-Forwarded-For: 1.2.3.4\r\n" +
 		"Trailer: X-Sum\r\nX-Keep:  v  \r\n\r\n")
 	var r h1Req
-	if !parseRequest(&r, head, make([]h1Field, h1MaxFields)) {
-		t.Fatal("refused")
+	if v := parseRequest(&r, head, make([]h1Field, h1MaxFields)); v != h1Fast {
+		t.Fatalf("verdict %d, want fast", v)
 	}
 	kinds := map[string]uint8{}
 	values := map[string]string{}
@@ -279,7 +342,8 @@ func TestParseResponse(t *testing.T) {
 		{"signed CL", "HTTP/1.1 200 OK\r\nContent-Length: +7\r\n\r\n", errBadFraming, want{}, nil, nil},
 		{"empty CL", "HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n", errBadFraming, want{}, nil, nil},
 		{"CL zero", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 0}, nil, nil},
-		{"TE chunked and CL: chunked wins", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, nil, nil},
+		{"TE chunked and CL: chunked wins, the connection is not reused", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, chunked: true, connClose: true}, nil, nil},
+		{"Connection naming the framing fields drops neither", "HTTP/1.1 200 OK\r\nConnection: Content-Length, Transfer-Encoding\r\nContent-Length: 7\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 7}, nil, []string{"Content-Length"}},
 		{"TE chunked any case and spaces", "HTTP/1.1 200 OK\r\nTransfer-Encoding:  ChUnKeD \r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, nil, nil},
 		{"TE gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", errBadFraming, want{}, nil, nil},
 		{"TE gzip, chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", errBadFraming, want{}, nil, nil},

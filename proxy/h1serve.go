@@ -236,13 +236,30 @@ func (c *h1Conn) run() (handoff bool) {
 	c.rbuf = make([]byte, h1ReadBuf)
 	for {
 		n := c.readHead()
+		if n == h1BadReq {
+			c.refuse(nil)
+			return false
+		}
 		if n < 0 {
 			return n == h1HandOff
 		}
 		w := getWork()
-		if !parseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
+		switch parseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
+		case h1Fast:
+		case h1Other:
+			if !c.secure && c.w-c.r < len(h2PrefacePrefix) {
+				// net/http would wait for more bytes to rule out the h2c preface; no
+				// request this short is well-formed.
+				c.refuse(w)
+				putWork(w)
+				return false
+			}
 			putWork(w)
 			return true
+		default:
+			c.refuse(w)
+			putWork(w)
+			return false
 		}
 		if cl := w.req.contentLength; cl > 0 {
 			if int64(n)+cl > int64(len(c.rbuf)) {
@@ -269,7 +286,46 @@ func (c *h1Conn) run() (handoff bool) {
 const (
 	h1Close   = -1
 	h1HandOff = -2
+	h1BadReq  = -3 // what was read cannot be the start of a well-formed head
 )
+
+// h2PrefacePrefix is what net/http reads of a plain connection before it decides that
+// it is not prior-knowledge HTTP/2.
+const h2PrefacePrefix = "PRI * HTTP/2.0"
+
+// refuse answers 400 to a malformed request (w may be nil) and ends the connection:
+// its write side is closed and what the client still sends is read and dropped for a
+// moment, so that the answer is not lost to a reset (net/http's rule).
+func (c *h1Conn) refuse(w *h1Work) {
+	s := c.s
+	if w == nil {
+		w = getWork()
+		defer putWork(w)
+	}
+	c.now = time.Now()
+	c.closing = true
+	s.totals.InFlight(1)
+	c.answer(w, outcomeBadRequest)
+	cc := c.cc
+	wr := cc.writeN.Load()
+	out := wr - cc.acctWrite
+	cc.acctWrite = wr
+	in := int64(c.w - c.r)
+	cc.acctRead += in
+	s.totals.Request(stats.ProtoHTTP1, http.StatusBadRequest, in, out)
+	s.totals.InFlight(-1)
+	c.r = c.w
+	_ = cc.CloseWrite()
+	_ = cc.SetReadDeadline(time.Now().Add(h1RefuseLinger))
+	for {
+		if _, err := cc.Read(c.rbuf); err != nil {
+			return
+		}
+	}
+}
+
+// h1RefuseLinger is how long a refused connection's remaining input is drained.
+const h1RefuseLinger = 500 * time.Millisecond
 
 // readHead waits until rbuf[r:] starts with a complete request head and returns its
 // length, or h1Close or h1HandOff. Deadlines: the first request and a head that arrives
@@ -289,6 +345,9 @@ func (c *h1Conn) readHead() int {
 			if n := headEnd(c.rbuf[c.r:c.w], c.scanned); n >= 0 {
 				c.scanned = 0
 				return n
+			}
+			if headGarbled(c.rbuf[c.r:c.w], c.scanned) {
+				return h1BadReq // a bare CR or LF, or a control byte: refused at once
 			}
 			c.scanned = c.w - c.r
 			if c.w == len(c.rbuf) {
@@ -325,6 +384,27 @@ func (c *h1Conn) readHead() int {
 			return h1Close
 		}
 	}
+}
+
+// headGarbled reports whether b[from:], the part of an incomplete head not yet looked at,
+// holds what no well-formed head holds before its end: a bare LF or CR (a trailing CR
+// may still get its LF), or a control byte other than HTAB. Such a head would otherwise
+// wait for a CRLF CRLF that may never come.
+func headGarbled(b []byte, from int) bool {
+	from = max(from-1, 0) // a CR that ended the last look may have got a wrong follower
+	if from > 0 && b[from] == '\n' && b[from-1] == '\r' {
+		from++
+	}
+	b = b[from:]
+	if hasBareLineEnd(b) {
+		return true
+	}
+	for _, c := range b {
+		if c != '\r' && c != '\n' && badValueByte[c] {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *h1Conn) setIdleDeadline() {

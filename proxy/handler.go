@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -57,12 +58,56 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rs.in = requestFieldBytes(r, rs.secure)
 	}
 	s.totals.InFlight(1)
-	s.route(w, r, &rs)
+	if malformed(r) {
+		// The fast path refuses the same heads before they get here; these came on a
+		// connection net/http already serves.
+		if rs.proto == stats.ProtoHTTP1 {
+			w.Header()["Connection"] = valClose
+		}
+		s.answer(w, &rs, outcomeBadRequest)
+	} else {
+		if rs.proto == stats.ProtoHTTP1 && len(r.TransferEncoding) > 0 {
+			// net/http reads Transfer-Encoding over a Content-Length and hides that
+			// there was one; RFC 9112 §6.1 then wants the connection closed. It cannot
+			// tell, so every chunked request on this path ends its connection.
+			w.Header()["Connection"] = valClose
+		}
+		s.route(w, r, &rs)
+	}
 	s.finish(w, r, &rs)
 	s.totals.InFlight(-1)
 	if rs.abort {
 		panic(http.ErrAbortHandler)
 	}
+}
+
+var valClose = []string{"close"}
+
+// covers reports whether r's connection may answer for r.Host (certCovers): TCP
+// connections keep the certificate of their handshake; for HTTP/3 the certificate the
+// current table has for the connection's server name stands in for it.
+func (s *Server) covers(r *http.Request, rs *reqState) bool {
+	if rs.cc != nil {
+		return rs.cc.covers(r.Host)
+	}
+	if r.TLS == nil {
+		return true // Handler used directly (tests, benchmarks)
+	}
+	sni := r.TLS.ServerName
+	return certCovers(s.tables.Load().GetCertificate(sni), sni, r.Host)
+}
+
+// malformed reports a request that is refused with 400 whatever its route: a Connection
+// option naming a framing field or Host (RFC 9110 §7.6.1 forbids it, and honouring it
+// would forward a head framed or routed otherwise than it was read), or a Host whose
+// port is not a number. The fast path's parser (h1parse.go) applies the same rules.
+func malformed(r *http.Request) bool {
+	for _, v := range r.Header["Connection"] {
+		if namesProtectedField(unsafe.Slice(unsafe.StringData(v), len(v))) {
+			return true
+		}
+	}
+	return !validHostPort(r.Host)
 }
 
 func protoOf(r *http.Request) stats.Proto {
@@ -81,6 +126,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	t := s.tables.Load()
 	if t == nil {
 		s.answer(w, rs, outcomeNoTable)
+		return
+	}
+	if rs.secure && !s.covers(r, rs) {
+		s.answer(w, rs, outcomeMisdirected)
 		return
 	}
 	e := t.Lookup(r.Host)

@@ -33,15 +33,18 @@ var hopHeaders = [...]string{
 }
 
 // removeHopByHop deletes the hop-by-hop headers of h, including those its Connection
-// header names. It reports whether a TE header asked for trailers.
+// header names (but never Content-Length, Transfer-Encoding or Host: a request naming one
+// is refused before, and a response's framing is net/http's to write). It reports whether a TE header asked for trailers.
 func removeHopByHop(h http.Header) (teTrailers bool) {
 	for _, v := range h["Connection"] {
 		for v != "" {
 			var tok string
 			tok, v, _ = strings.Cut(v, ",")
 			tok = strings.TrimSpace(tok)
-			if tok == "" || strings.EqualFold(tok, "close") || strings.EqualFold(tok, "keep-alive") {
-				continue
+			if tok == "" || strings.EqualFold(tok, "close") || strings.EqualFold(tok, "keep-alive") ||
+				strings.EqualFold(tok, "content-length") || strings.EqualFold(tok, "transfer-encoding") ||
+				strings.EqualFold(tok, "host") {
+				continue // framing and Host are never an option's to remove
 			}
 			h.Del(tok)
 		}

@@ -34,7 +34,7 @@ import (
 
 // maxHTTP3Streams bounds concurrent requests per QUIC connection, like
 // HTTP2Config.MaxConcurrentStreams on TCP.
-const maxHTTP3Streams = 250
+const maxHTTP3Streams = maxConcurrentStreams
 
 // altSvcMaxAge is the ma= of the Alt-Svc header, in seconds.
 const altSvcMaxAge = 86400
@@ -101,7 +101,7 @@ func (s *Server) newHTTP3Server() {
 // getCertificateH3 is getCertificate for QUIC handshakes. A refused name is counted as a
 // TLS handshake failure here: such a connection is never accepted, so no watcher sees it.
 func (s *Server) getCertificateH3(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	cert, err := s.getCertificate(hello)
+	cert, err := s.pickCertificate(hello)
 	if err != nil {
 		s.totals.TLSHandshakeFailure()
 	}

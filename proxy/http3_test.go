@@ -111,7 +111,7 @@ func TestHTTP3AltSvc(t *testing.T) {
 		}{
 			{"h2", e.tlsClient(true), "https://app.example.test/", 200, want},
 			{"h1-tls", e.tlsClient(false), "https://app.example.test/", 200, want},
-			{"h2-unknown-host", e.tlsClient(true), "https://app.example.test/", 404, want},
+			{"h2-unknown-host", e.tlsClient(true), "https://app.example.test/", 421, want},
 			// Plain HTTP announces nothing of its own: the target's value is relayed as is.
 			{"h1-plain", e.h1Client(), "http://app.example.test/", 200, `h3=":9999"`},
 			{"h2c", e.h2cClient(), "http://app.example.test/", 200, `h3=":9999"`},
@@ -120,7 +120,7 @@ func TestHTTP3AltSvc(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				host := ""
 				if strings.HasSuffix(tc.name, "unknown-host") {
-					host = "other.example.test" // SNI app.example.test, Host unknown: 404
+					host = "other.example.test" // SNI app.example.test, Host unknown: 421 on TLS, 404 plain
 				}
 				res, _ := get(t, tc.c, tc.url, host)
 				tc.c.CloseIdleConnections() // spares the env's Shutdown a GOAWAY round

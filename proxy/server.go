@@ -62,6 +62,28 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes limits a client's request header (0 -> 64 KiB).
 	MaxHeaderBytes int
+	// ClientBodyTimeout bounds how long reading a request body may go without progress
+	// (0 -> 30s): every window of this length must deliver at least 1 KiB of the body, or
+	// the rest of it when less is left. A window starts when the previous one delivered
+	// its 1 KiB (the first one at the first read of the body), and only time spent
+	// waiting for the client counts, not time the target takes to accept what was read.
+	// When a window runs out, the request fails with 408 if nothing was answered yet (the
+	// response is cut otherwise), the target's request is cancelled and its connection
+	// closed; it is not a backend failure. This stops an upload that sends a byte every
+	// few seconds after one window, which a deadline per read would not. The window is
+	// enforced with a read deadline re-armed lazily, so it may end up to an eighth of
+	// its length late, never early.
+	ClientBodyTimeout time.Duration
+	// ClientSendTimeout bounds each write of response bytes to the client (0 -> 30s): a
+	// write that does not complete within it (a client that stops reading, an HTTP/2 or
+	// HTTP/3 stream whose flow-control window the client never opens) cuts the response
+	// (the stream is reset, an HTTP/1.1 connection closed), closes the target's
+	// connection and is recorded as a client disconnect (499), not a backend failure.
+	// Long responses that keep moving are not affected, and neither is time spent
+	// waiting for the target. HTTP/2 connections also get it as their write-progress
+	// timeout (HTTP2Config.WriteByteTimeout). Like ClientBodyTimeout it may fire up to
+	// an eighth of its length late. WebSocket tunnels are not subject to either.
+	ClientSendTimeout time.Duration
 	// AccessLog, when set, receives one Info line per request: host, method, path (never
 	// the query), status, bytes in/out, duration and the target lease.
 	AccessLog *zap.Logger
@@ -82,6 +104,11 @@ const (
 	defaultReadHeaderTimeout     = 10 * time.Second
 	defaultIdleTimeout           = 120 * time.Second
 	defaultMaxHeaderBytes        = 64 << 10
+	defaultClientBodyTimeout     = 30 * time.Second
+	defaultClientSendTimeout     = 30 * time.Second
+	// maxConcurrentStreams bounds the requests one HTTP/2 or HTTP/3 connection may have
+	// open at once (nginx's default), and with them the targets' connections it holds.
+	maxConcurrentStreams = 128
 )
 
 // Server is the data plane. Create it with New, bind with Listen, run with Serve and stop
@@ -110,8 +137,11 @@ type Server struct {
 	h1              h1Set
 	// h1Off hands every connection to net/http at once (tests and benchmarks compare
 	// the two paths with it).
-	h1Off   bool
-	h3      h3Server // HTTP/3 on UDP (http3.go)
+	h1Off bool
+	h3    h3Server // HTTP/3 on UDP (http3.go)
+	// hsCerts carries the certificate chosen in a TCP handshake from getCertificate to
+	// the connection (keyed by the raw net.Conn; removed when the handshake ends).
+	hsCerts sync.Map
 	stapler *stapler // OCSP staples for the table's certificates (ocsp.go)
 
 	mu              sync.Mutex
@@ -152,6 +182,8 @@ func New(cfg Config) (*Server, error) {
 	def(&cfg.ResponseHeaderTimeout, defaultResponseHeaderTimeout)
 	def(&cfg.ReadHeaderTimeout, defaultReadHeaderTimeout)
 	def(&cfg.IdleTimeout, defaultIdleTimeout)
+	def(&cfg.ClientBodyTimeout, defaultClientBodyTimeout)
+	def(&cfg.ClientSendTimeout, defaultClientSendTimeout)
 	if cfg.MaxHeaderBytes == 0 {
 		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
@@ -204,12 +236,18 @@ func (s *Server) newHTTPServer() *http.Server {
 		ConnContext:       connContext,
 		ErrorLog:          mustStdLogAt(s.log.Named("http"), zapcore.DebugLevel),
 		Protocols:         &p,
+		// Streams are bounded per connection; the receive buffers are too (the
+		// connection's caps what all its streams hold together, and is only filled as
+		// fast as the client sends). A stream whose client stops taking data is reset
+		// after ClientSendTimeout (forward.go), a connection whose socket stops taking
+		// data is closed after it (WriteByteTimeout).
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams:          250,
+			MaxConcurrentStreams:          maxConcurrentStreams,
 			MaxReceiveBufferPerConnection: 4<<20 - 1,
 			MaxReceiveBufferPerStream:     1 << 20,
 			SendPingTimeout:               30 * time.Second,
 			PingTimeout:                   15 * time.Second,
+			WriteByteTimeout:              s.cfg.ClientSendTimeout,
 		},
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/tls"
+	"strings"
 )
 
 // newTLSConfig returns the listener's TLS configuration: TLS 1.2 or newer, ALPN h2 and
@@ -11,15 +12,67 @@ import (
 func (s *Server) newTLSConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   tls12Suites,
 		NextProtos:     []string{"h2", "http/1.1"},
 		GetCertificate: s.getCertificate,
 	}
+}
+
+// tls12Suites are the TLS 1.2 suites offered: forward-secret key exchange and AEAD
+// ciphers only (Go's defaults add CBC with SHA-1). TLS 1.3's suites are not configurable
+// and all AEAD.
+var tls12Suites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// certCovers reports whether cert, the certificate a TLS connection was handshaken with
+// for SNI name sni, may answer for host (a Host or :authority value, port allowed): the
+// same name as the SNI, or one the leaf certificate names (coalescing within one
+// certificate, as browsers do with HTTP/2). Otherwise the request is answered 421.
+func certCovers(cert *tls.Certificate, sni, host string) bool {
+	host = hostOnly(host)
+	host = strings.TrimSuffix(host, ".")
+	if strings.EqualFold(host, strings.TrimSuffix(sni, ".")) {
+		return true
+	}
+	if cert == nil || cert.Leaf == nil || host == "" {
+		return false
+	}
+	return cert.Leaf.VerifyHostname(host) == nil
+}
+
+// hostOnly strips the port from a Host value ("a:1", "[::1]:1", "[::1]").
+func hostOnly(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.IndexByte(host[i:], ']') < 0 {
+		host = host[:i]
+	}
+	if len(host) > 1 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	return host
 }
 
 // getCertificate picks the table's certificate for the SNI name (exact route before
 // wildcard), then asks Config.GetCertificate. No SNI or an unknown name fails the
 // handshake with an alert; the failure is counted once by the connection.
 func (s *Server) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	cert, err := s.pickCertificate(hello)
+	if cert != nil && hello.Conn != nil {
+		// Kept until the connection picks it up (clientConn.handshake), so that its
+		// requests are checked against it for as long as it lives, whatever tables
+		// come later.
+		s.hsCerts.Store(hello.Conn, cert)
+	}
+	return cert, err
+}
+
+// pickCertificate is getCertificate's choice, for TCP and QUIC alike.
+func (s *Server) pickCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if hello.ServerName != "" {
 		if cert := s.tables.Load().GetCertificate(hello.ServerName); cert != nil {
 			return s.stapler.staple(cert), nil

@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/serve-zone/ingress/routetable"
@@ -67,5 +70,87 @@ func TestTLSKeepsCertificateAcrossSwaps(t *testing.T) {
 	}
 	if res.StatusCode != 200 {
 		t.Errorf("status %d", res.StatusCode)
+	}
+}
+
+// TestMisdirectedRequest: a TLS connection answers only for hosts its certificate covers
+// (421 otherwise), on the fast HTTP/1.1 path, on net/http's HTTP/1.1 and on h2. Hosts the
+// same certificate names share a connection (coalescing), as browsers expect.
+func TestMisdirectedRequest(t *testing.T) {
+	for _, h1Off := range []bool{false, true} {
+		e := newEnv(t)
+		e.srv.h1.mu.Lock() // orders the write before any connection reads it (see newDiffPair)
+		e.srv.h1Off = h1Off
+		e.srv.h1.mu.Unlock()
+		be := backend(t, echoInfo())
+		e.apply([]routeSpec{
+			{host: "tls.test", tls: &routetable.RouteTLS{CertificateID: "one"}, backends: []string{be}},
+			{host: "alt.test", tls: &routetable.RouteTLS{CertificateID: "two"}, backends: []string{be}},
+			{host: "other.test", tls: &routetable.RouteTLS{CertificateID: "other"}, backends: []string{be}},
+			{host: "b.test", backends: []string{be}},
+		}, certSpec{"one", []string{"tls.test", "alt.test"}}, certSpec{"two", []string{"tls.test", "alt.test"}}, certSpec{"other", []string{"other.test"}})
+		for _, h2 := range []bool{false, true} {
+			name := fmt.Sprintf("h1Off=%v/h2=%v", h1Off, h2)
+			t.Run(name, func(t *testing.T) {
+				c := e.tlsClient(h2)
+				c.Transport.(*http.Transport).TLSClientConfig.ServerName = "tls.test"
+				for _, tc := range []struct {
+					host string
+					want int
+				}{
+					{"tls.test", 200},
+					{"TLS.test:443", 200},
+					{"alt.test", 200},   // named by the same certificate
+					{"b.test", 421},     // a plain-only route
+					{"other.test", 421}, // a TLS route with another certificate
+					{"unknown.test", 421},
+				} {
+					req, _ := http.NewRequest("GET", "https://"+tc.host+"/x", nil)
+					req.Host = tc.host
+					res, err := c.Do(req)
+					if err != nil {
+						t.Fatalf("%s: %v", tc.host, err)
+					}
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode != tc.want {
+						t.Errorf("Host %s on SNI tls.test: %d, want %d", tc.host, res.StatusCode, tc.want)
+					}
+					if res.StatusCode == 421 && res.Header.Get("X-Seen-Host") != "" {
+						t.Errorf("Host %s: the target answered", tc.host)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTLS12OffersAEADOnly: a TLS 1.2 client that offers only CBC suites is refused; one
+// offering GCM or ChaCha20 gets it.
+func TestTLS12OffersAEADOnly(t *testing.T) {
+	e := newEnv(t)
+	be := backend(t, echoInfo())
+	e.apply([]routeSpec{{host: "a.example.test", tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{be}}},
+		certSpec{"c", []string{"a.example.test"}})
+	dial := func(suites ...uint16) (uint16, error) {
+		c, err := tls.Dial("tcp", e.https, &tls.Config{ServerName: "a.example.test", InsecureSkipVerify: true,
+			MaxVersion: tls.VersionTLS12, CipherSuites: suites})
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		return c.ConnectionState().CipherSuite, nil
+	}
+	for _, cbc := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA, tls.TLS_RSA_WITH_AES_128_CBC_SHA,
+		tls.TLS_RSA_WITH_AES_128_GCM_SHA256} {
+		if got, err := dial(cbc); err == nil {
+			t.Errorf("TLS 1.2 with only %s offered: handshake succeeded (%s)", tls.CipherSuiteName(cbc), tls.CipherSuiteName(got))
+		}
+	}
+	for _, aead := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256} {
+		if got, err := dial(aead); err != nil || got != aead {
+			t.Errorf("TLS 1.2 with %s: %v, got %s", tls.CipherSuiteName(aead), err, tls.CipherSuiteName(got))
+		}
 	}
 }

@@ -57,14 +57,10 @@ const (
 	// while it fits in the socket buffers: a target that answers early or streams its
 	// answer while reading the upload must never find us stuck in a write. Larger and
 	// chunked bodies go to http.Transport, which writes and reads concurrently.
-	upMaxBody = 16 << 10
-	// upProbeAfter: a connection idle at least this long is checked for a FIN or stray
-	// bytes (one non-blocking peek) before reuse, so that targets with short keep-alive
-	// timeouts (Node.js: 5 s) do not turn a non-retryable request into a 502.
-	upProbeAfter = time.Second
-	upMax1xx     = 5
-	upReadBuf    = 16 << 10
-	upWriteBuf   = 8 << 10
+	upMaxBody  = 16 << 10
+	upMax1xx   = 5
+	upReadBuf  = 16 << 10
+	upWriteBuf = 8 << 10
 )
 
 // newUpstream builds the lean round tripper. dial must mark its errors as *dialError
@@ -392,7 +388,12 @@ func (p *upPool) getAt(u *upstream, now time.Time) *upConn {
 		for _, c := range expired {
 			c.close()
 		}
-		if uc == nil || now.Sub(uc.idleAt) < upProbeAfter || !peerClosed(uc.rc) {
+		// Every reuse, whatever the idle age, first checks the connection for a FIN or
+		// stray bytes (one non-blocking peek): bytes that arrived after the previous
+		// response ended (a second answer after a 204, a body after a HEAD answer) are
+		// not the next request's answer, and a target with a short keep-alive timeout
+		// (Node.js: 5 s) does not turn a non-retryable request into a 502.
+		if uc == nil || uc.rc == nil || !uc.probe.run(uc.rc) {
 			return uc
 		}
 		uc.close()
@@ -415,7 +416,8 @@ func (p *upPool) put(uc *upConn, max int) bool {
 // bufio.Writer rather than through a fresh 32 KiB buffer per request.
 type upConn struct {
 	c      net.Conn
-	rc     syscall.RawConn // nil when c has none; used to probe long-idle connections
+	rc     syscall.RawConn // nil when c has none; used to probe idle connections
+	probe  probe
 	pool   *upPool
 	abort  func() // closes c; registered with context.AfterFunc per exchange
 	br     *bufio.Reader
