@@ -1,7 +1,13 @@
 package env
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 
 	"go.uber.org/zap/zapcore"
 )
@@ -38,4 +44,69 @@ func (Bearer) MarshalText() ([]byte, error) { return []byte(redacted), nil }
 func (Bearer) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	enc.AddString("bearer", redacted)
 	return nil
+}
+
+// minEncodedCore is the shortest base64 rendering of the bearer that Scrubber looks for: a
+// shorter one would match unrelated base64 text too often.
+const minEncodedCore = 8
+
+// Scrubber returns the one function that takes the bearer out of text the ingress did not
+// write itself: the relay's error texts, refusal reasons, echoed keys and values, close
+// reasons, and whatever else a peer sends that may reach a log line, a metric or an error
+// text. It replaces every occurrence of the bearer's value with "[redacted]", and also the
+// forms in which a peer may echo it: JSON-escaped (with and without HTML escaping),
+// Go-quoted, URL-escaped and base64 (standard and URL alphabets, padded or not, alone or
+// inside a longer encoded text). The zero bearer's scrubber returns text unchanged. The
+// function is safe for concurrent use.
+func (b Bearer) Scrubber() func(string) string {
+	if b.value == "" {
+		return func(s string) string { return s }
+	}
+	forms := echoForms(b.value)
+	pairs := make([]string, 0, 2*len(forms))
+	for _, f := range forms {
+		pairs = append(pairs, f, redacted)
+	}
+	return strings.NewReplacer(pairs...).Replace
+}
+
+// echoForms lists v and its encodings, unique, longest first: strings.Replacer takes the
+// first listed form that matches at a position, so a longer form is never cut short by a
+// shorter one it contains.
+func echoForms(v string) []string {
+	var forms []string
+	add := func(f string) {
+		if f != "" && !slices.Contains(forms, f) {
+			forms = append(forms, f)
+		}
+	}
+	add(v)
+	q := strconv.Quote(v) // also JSON without HTML escaping, for visible ASCII
+	add(q[1 : len(q)-1])
+	if j, err := json.Marshal(v); err == nil { // \u003c for <, \u003e for >, \u0026 for &
+		add(string(j[1 : len(j)-1]))
+	}
+	add(url.QueryEscape(v))
+	add(url.PathEscape(v))
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		for lead := range 3 {
+			add(base64Core(enc, v, lead))
+		}
+	}
+	slices.SortStableFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	return forms
+}
+
+// base64Core returns the characters of the base64 encoding of (lead other bytes, v, more
+// bytes) that depend on v's bytes alone: they appear wherever v starts at that offset
+// modulo 3 in an encoded text, whatever surrounds it. "" when they are too few to be
+// told from chance.
+func base64Core(enc *base64.Encoding, v string, lead int) string {
+	s := enc.EncodeToString(append(make([]byte, lead), v...))
+	start := (8*lead + 5) / 6      // the first character past the lead's bits
+	end := 8 * (lead + len(v)) / 6 // the characters whose six bits lie within v
+	if end-start < minEncodedCore {
+		return ""
+	}
+	return s[start:end]
 }

@@ -38,7 +38,7 @@ func (s *Session) wants(rev int64) bool { return s.cfg.Tables.WantsRevision(rev)
 func (s *Session) handleHint(_ context.Context, req json.RawMessage) (any, error) {
 	rev, problems := decodeHint(req)
 	if len(problems) > 0 {
-		return nil, relay.RequestInvalid(problems)
+		return nil, relay.RequestInvalid(s.scrubAll(problems)) // they name the relay's keys
 	}
 	s.m.hints.Inc()
 	s.log.Debug("route table hint", zap.Int64("revision", rev))
@@ -104,14 +104,14 @@ func (s *Session) pull(ctx context.Context, peer *relay.Peer, why string) {
 	if err != nil {
 		if ctx.Err() == nil {
 			s.m.pullFailures.Inc()
-			s.log.Warn("route table pull failed", zap.String("reason", why), zap.Error(err))
+			s.log.Warn("route table pull failed", zap.String("reason", why), s.relayError(err))
 		}
 		return
 	}
 	table, err := decodeTableAnswer(raw)
 	if err != nil {
 		s.m.pullFailures.Inc()
-		s.log.Warn("route table answer malformed", zap.Error(err))
+		s.log.Warn("route table answer malformed", s.relayError(err))
 		return
 	}
 	if table == nil {
@@ -143,7 +143,7 @@ func (s *Session) handleStatistics(_ context.Context, req json.RawMessage) (any,
 	if err != nil {
 		var qe *stats.QueryError
 		if errors.As(err, &qe) {
-			return nil, relay.RequestInvalid(qe.Violations)
+			return nil, relay.RequestInvalid(s.scrubAll(qe.Violations))
 		}
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,10 @@ type Session struct {
 	cfg Config
 	log *zap.Logger
 	m   *metrics
+	// scrub is the bearer's scrubber (env.Bearer.Scrubber): every string the relay sent
+	// passes through it before it reaches a log line or an error text, since a relay may
+	// echo the registration in any of them. The relay peer gets it as relay.Options.Redact.
+	scrub func(string) string
 
 	state      atomic.Int32
 	waitUntil  atomic.Int64 // unix nanos while state is StateWaiting
@@ -92,7 +97,13 @@ func New(cfg Config) *Session {
 	if cfg.Relay.Logger == nil {
 		cfg.Relay.Logger = cfg.Logger.Named("relay")
 	}
-	s := &Session{cfg: cfg, log: cfg.Logger, hinted: -1, pullReq: make(chan struct{}, 1)}
+	scrub := cfg.Env.Bearer.Scrubber()
+	if redact := cfg.Relay.Redact; redact != nil {
+		cfg.Relay.Redact = func(v string) string { return scrub(redact(v)) }
+	} else {
+		cfg.Relay.Redact = scrub
+	}
+	s := &Session{cfg: cfg, log: cfg.Logger, scrub: scrub, hinted: -1, pullReq: make(chan struct{}, 1)}
 	s.m = newMetrics(s)
 	return s
 }
@@ -126,7 +137,7 @@ func (s *Session) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			s.log.Warn("relay connection failed", zap.String("origin", s.cfg.Env.RelayOrigin), zap.Error(err))
+			s.log.Warn("relay connection failed", zap.String("origin", s.cfg.Env.RelayOrigin), s.relayError(err))
 			s.backoffOther(ctx, "connect")
 			continue
 		}
@@ -159,7 +170,7 @@ func (s *Session) serveConnection(ctx context.Context, peer *relay.Peer) bool {
 		defer wg.Done()
 		defer cancel()
 		if err := peer.Run(cctx); err != nil && cctx.Err() == nil {
-			s.log.Warn("relay connection lost", zap.Error(err))
+			s.log.Warn("relay connection lost", s.relayError(err))
 		}
 	}()
 
@@ -215,6 +226,7 @@ func (s *Session) judge(ctx context.Context, err error) {
 	var re *relay.RemoteError
 	if errors.As(err, &re) {
 		if r, ok := readRefusal(re.Data); ok {
+			// r.Reason is one of RefusalReasons: the label and the line hold no relay text.
 			wait := time.Duration(r.RetryAfterMs) * time.Millisecond
 			wait += time.Duration(s.cfg.Jitter() * 0.1 * float64(wait))
 			s.notBefore = s.cfg.Now().Add(wait)
@@ -224,6 +236,7 @@ func (s *Session) judge(ctx context.Context, err error) {
 			return
 		}
 		if offer, ok := readProtocolRefusal(re.Data); ok {
+			offer.Name = s.scrub(offer.Name)
 			wait := min(30*time.Second<<min(s.protoFails, 4), 5*time.Minute)
 			s.protoFails++
 			s.notBefore = s.cfg.Now().Add(wait)
@@ -236,7 +249,48 @@ func (s *Session) judge(ctx context.Context, err error) {
 	s.m.refusals.WithLabelValues("other").Inc()
 	wait := s.otherWait()
 	s.notBefore = s.cfg.Now().Add(wait)
-	s.log.Warn("registration failed", zap.Error(err), zap.Duration("wait", wait))
+	fields := []zap.Field{s.relayError(err), zap.Duration("wait", wait)}
+	if re != nil {
+		// An error answer that is no usable refusal: its code and reason say what the
+		// relay meant, so they are logged, scrubbed like its text.
+		if code := re.Code(); code != "" {
+			fields = append(fields, s.relayText("code", code))
+		}
+		if reason, ok := remoteReason(re.Data); ok {
+			fields = append(fields, s.relayText("reason", reason))
+		}
+	}
+	s.log.Warn("registration failed", fields...)
+}
+
+// maxLoggedRelayText bounds a string from the relay's error data in a log line.
+const maxLoggedRelayText = 256
+
+// relayError is the "error" log field for an error from the relay peer (Dial, Run, Call)
+// or from judging the relay's answer: its text may quote what the relay sent (an error
+// text, a close reason, an unexpected key), so it is scrubbed.
+func (s *Session) relayError(err error) zap.Field {
+	return zap.String("error", s.scrub(err.Error()))
+}
+
+// relayText is a log field for a string the relay chose: scrubbed, then cut to
+// maxLoggedRelayText bytes.
+func (s *Session) relayText(key, v string) zap.Field {
+	v = s.scrub(v)
+	if len(v) > maxLoggedRelayText {
+		v = strings.ToValidUTF8(v[:maxLoggedRelayText], "") + "…"
+	}
+	return zap.String(key, v)
+}
+
+// scrubAll scrubs each of list (violations that may quote the relay's request) into a new
+// slice.
+func (s *Session) scrubAll(list []string) []string {
+	out := make([]string, len(list))
+	for i, v := range list {
+		out[i] = s.scrub(v)
+	}
+	return out
 }
 
 // otherWait is the full-jitter exponential backoff: uniform in [0, min(60 s, 1 s·2^n)].

@@ -159,6 +159,18 @@ func known(reason string) bool {
 	return false
 }
 
+// remoteReason returns data.reason when data is an object whose "reason" is a string,
+// whatever else it holds: what a malformed refusal meant, for the log line.
+func remoteReason(data json.RawMessage) (string, bool) {
+	var v struct {
+		Reason *string `json:"reason"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Reason == nil {
+		return "", false
+	}
+	return *v.Reason, true
+}
+
 // readProtocolRefusal answers the refusing side's offer when data is exactly an
 // IProtocolRefusal.
 func readProtocolRefusal(data json.RawMessage) (Offer, bool) {

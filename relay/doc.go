@@ -11,5 +11,7 @@
 //
 // Frames carry secrets (the registration bearer travels in requests and is echoed back in
 // answers), so no function of this package ever logs or puts into an error a raw frame or a
-// request body; log lines name the method, the correlation id and what was wrong.
+// request body; log lines name the method, the correlation id and what was wrong, and every
+// string the other side chose passes through Options.Redact on its way into a log line or a
+// RemoteError's Text (a peer may echo the bearer in any of them).
 package relay

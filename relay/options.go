@@ -43,6 +43,14 @@ type Options struct {
 	// its body raw) before it is dispatched, in the reader goroutine: it must not block and
 	// must not keep or log the body (it may hold the bearer). relaysim records calls with it.
 	OnRequest func(Envelope)
+	// Redact, if set, is applied to every string the other side chose before this package
+	// writes it into a log line (method names, correlation ids, socket errors quoting a
+	// close reason) and to the Text of a RemoteError that Call returns: the ingress passes
+	// its bearer scrubber (env.Bearer.Scrubber), since a peer may echo the registration
+	// anywhere. RemoteError.Data stays raw for its caller to decode, and errors returned by
+	// Dial and Run are not redacted (their text may quote a close reason): a caller that
+	// logs them passes them through the same function. nil leaves strings as they are.
+	Redact func(string) string
 }
 
 func (o Options) withDefaults() Options {
@@ -63,6 +71,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.Redact == nil {
+		o.Redact = func(s string) string { return s }
 	}
 	return o
 }

@@ -233,7 +233,7 @@ func (p *Peer) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	p.handlerWG.Wait()
-	p.log.Debug("relay peer closed", zap.Error(err))
+	p.log.Debug("relay peer closed", p.peerError(err))
 	return err
 }
 

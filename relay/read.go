@@ -48,8 +48,8 @@ func (p *Peer) dispatch(frame []byte) {
 				p.log.Warn("relay request dropped: unusable envelope", zap.Strings("violations", verr.List()))
 				return
 			}
-			p.log.Warn("relay request invalid", zap.String("method", env.Method),
-				zap.String("correlationId", env.Correlation.ID), zap.Strings("violations", verr.List()))
+			p.log.Warn("relay request invalid", p.peerString("method", env.Method),
+				p.peerString("correlationId", env.Correlation.ID), zap.Strings("violations", verr.List()))
 			p.answerAsync(env, nil, RequestInvalid(verr.List()))
 			return
 		}
@@ -71,13 +71,13 @@ func (p *Peer) deliver(env Envelope, malformed error) {
 	}
 	p.pendingMu.Unlock()
 	if !ok {
-		p.log.Warn("relay answer dropped: unknown correlation id", zap.String("method", env.Method),
-			zap.String("correlationId", env.Correlation.ID))
+		p.log.Warn("relay answer dropped: unknown correlation id", p.peerString("method", env.Method),
+			p.peerString("correlationId", env.Correlation.ID))
 		return
 	}
 	if malformed != nil {
-		p.log.Warn("relay answer malformed", zap.String("method", env.Method),
-			zap.String("correlationId", env.Correlation.ID), zap.Error(malformed))
+		p.log.Warn("relay answer malformed", p.peerString("method", env.Method),
+			p.peerString("correlationId", env.Correlation.ID), p.peerError(malformed))
 		malformed = fmt.Errorf("%w: %w", ErrMalformed, malformed)
 	}
 	ch <- answer{env: env, err: malformed} // buffered 1 and removed from pending: never blocks
@@ -88,15 +88,15 @@ func (p *Peer) deliver(env Envelope, malformed error) {
 func (p *Peer) serve(env Envelope) {
 	fn := p.handler(env.Method)
 	if fn == nil {
-		p.log.Info("relay request for an unknown method", zap.String("method", env.Method),
-			zap.String("correlationId", env.Correlation.ID))
+		p.log.Info("relay request for an unknown method", p.peerString("method", env.Method),
+			p.peerString("correlationId", env.Correlation.ID))
 		p.answerAsync(env, nil, ErrNoMethod)
 		return
 	}
 	select {
 	case p.sem <- struct{}{}:
 	default:
-		p.log.Warn("relay handlers busy; asking for a retry", zap.String("method", env.Method))
+		p.log.Warn("relay handlers busy; asking for a retry", p.peerString("method", env.Method))
 		p.answerAsync(env, nil, RetryLater(busyRetryWait, "busy"))
 		return
 	}
@@ -116,8 +116,8 @@ func (p *Peer) runHandler(fn HandlerFunc, env Envelope) (resp any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			// The panic value may hold request data: log only that it happened.
-			p.log.Error("relay handler panicked", zap.String("method", env.Method),
-				zap.String("correlationId", env.Correlation.ID))
+			p.log.Error("relay handler panicked", p.peerString("method", env.Method),
+				p.peerString("correlationId", env.Correlation.ID))
 			resp, err = nil, errors.New("handler panicked")
 		}
 	}()
@@ -137,7 +137,7 @@ func (p *Peer) answer(req Envelope, resp any, herr error) {
 	case herr == nil:
 		body, err := encodeBody(resp)
 		if err != nil {
-			p.log.Error("relay handler response not encodable", zap.String("method", req.Method),
+			p.log.Error("relay handler response not encodable", p.peerString("method", req.Method),
 				zap.String("errorType", fmt.Sprintf("%T", err)))
 			out.Error = &ErrorBody{Text: internalErrorText}
 		} else {
@@ -148,12 +148,12 @@ func (p *Peer) answer(req Envelope, resp any, herr error) {
 	case errors.As(herr, &retry):
 		out.Retry = &Retry{WaitForMs: float64(retry.Wait) / float64(time.Millisecond), Reason: retry.Reason}
 	default:
-		p.log.Warn("relay handler failed; answered internal error", zap.String("method", req.Method),
-			zap.String("correlationId", req.Correlation.ID), zap.String("errorType", fmt.Sprintf("%T", herr)))
+		p.log.Warn("relay handler failed; answered internal error", p.peerString("method", req.Method),
+			p.peerString("correlationId", req.Correlation.ID), zap.String("errorType", fmt.Sprintf("%T", herr)))
 		out.Error = &ErrorBody{Text: internalErrorText}
 	}
 	if err := p.write(&out); err != nil && !errors.Is(err, ErrClosed) {
-		p.log.Warn("relay answer not sent", zap.String("method", req.Method), zap.Error(err))
+		p.log.Warn("relay answer not sent", p.peerString("method", req.Method), p.peerError(err))
 	}
 }
 
@@ -174,4 +174,17 @@ func encodeBody(v any) (json.RawMessage, error) {
 	default:
 		return json.Marshal(v)
 	}
+}
+
+// peerString is a log field holding a string the other side chose (a method name, a
+// correlation id), passed through Options.Redact.
+func (p *Peer) peerString(key, v string) zap.Field { return zap.String(key, p.opts.Redact(v)) }
+
+// peerError is the "error" log field for an error whose text may quote the other side (a
+// close reason in a socket error), passed through Options.Redact.
+func (p *Peer) peerError(err error) zap.Field {
+	if err == nil {
+		return zap.Skip()
+	}
+	return zap.String("error", p.opts.Redact(err.Error()))
 }

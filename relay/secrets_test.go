@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
@@ -63,6 +65,104 @@ func TestBearerNeverLogged(t *testing.T) {
 		line := entry.Message + fmt.Sprint(entry.ContextMap())
 		if strings.Contains(line, bearer) {
 			t.Fatalf("log line leaks the bearer: %s", line)
+		}
+	}
+}
+
+// With Options.Redact set, no string the other side chose reaches a log line or a
+// RemoteError's text unredacted: a relay that echoes the bearer in an error text, a method
+// name, a correlation id or a close reason gets the marker logged in its place.
+func TestRedactAppliesToEveryPeerString(t *testing.T) {
+	const secret = "s3cr3t-echoed-BEARER"
+	const marker = "[redacted]"
+	core, logs := observer.New(zapcore.DebugLevel)
+	o := fastOpts()
+	o.Logger = zap.New(core)
+	o.Redact = func(s string) string { return strings.ReplaceAll(s, secret, marker) }
+	relayDone := make(chan error, 1)
+	called := make(chan struct{}) // the Call returned: the close may come now
+	url := rawServer(t, func(ctx context.Context, c *websocket.Conn) {
+		relayDone <- func() error {
+			send := func(env Envelope) error {
+				b, err := env.Encode()
+				if err == nil {
+					err = c.Write(ctx, websocket.MessageText, b)
+				}
+				return err
+			}
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				return err
+			}
+			req, err := DecodeEnvelope(b)
+			if err != nil {
+				return err
+			}
+			// The call is answered with an error text echoing the bearer; then come an
+			// answer nobody waits for and a request for a method nobody serves, both
+			// echoing it in their method and correlation id.
+			for _, env := range []Envelope{
+				{Method: req.Method, Request: req.Request, Correlation: Correlation{ID: req.Correlation.ID, Phase: PhaseResponse},
+					Error: &ErrorBody{Text: "bearer " + secret + " refused"}},
+				{Method: secret, Response: json.RawMessage(`{}`), Correlation: Correlation{ID: "answer-" + secret, Phase: PhaseResponse}},
+				{Method: "m-" + secret, Request: json.RawMessage(`{}`), Correlation: Correlation{ID: "request-" + secret, Phase: PhaseRequest}},
+			} {
+				if err := send(env); err != nil {
+					return err
+				}
+			}
+			if _, _, err := c.Read(ctx); err != nil { // the no-method answer: every frame was read
+				return err
+			}
+			select {
+			case <-called:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			_ = c.Close(websocket.StatusPolicyViolation, "bearer "+secret+" refused")
+			return nil
+		}()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := Dial(ctx, url, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- p.Run(context.Background()) }()
+	_, err = p.Call(ctx, "registerClusterIngress", map[string]string{"bearer": secret})
+	close(called)
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Text != "bearer "+marker+" refused" || strings.Contains(err.Error(), secret) {
+		t.Fatalf("Call = %v, want a RemoteError whose text holds the marker, not the bearer", err)
+	}
+	if err := <-relayDone; err != nil {
+		t.Fatalf("relay side: %v", err)
+	}
+	waitErr(t, runDone) // "relay peer closed" is logged before Run returns
+
+	want := map[string]map[string]string{
+		"relay answer dropped: unknown correlation id": {"method": marker, "correlationId": "answer-" + marker},
+		"relay request for an unknown method":          {"method": "m-" + marker, "correlationId": "request-" + marker},
+		"relay peer closed":                            {"error": `reason = "bearer ` + marker + ` refused"`},
+	}
+	for msg, fields := range want {
+		entries := logs.FilterMessage(msg).All()
+		if len(entries) == 0 {
+			t.Errorf("%q not logged", msg)
+			continue
+		}
+		m := entries[0].ContextMap()
+		for key, w := range fields {
+			if got := fmt.Sprint(m[key]); !strings.Contains(got, w) {
+				t.Errorf("%q logged %s = %q, want it to hold %q", msg, key, got, w)
+			}
+		}
+	}
+	for _, entry := range logs.All() {
+		if line := entry.Message + fmt.Sprint(entry.ContextMap()); strings.Contains(line, secret) {
+			t.Errorf("log line leaks the bearer: %s", line)
 		}
 	}
 }

@@ -49,6 +49,8 @@ func (s *Store) LoadState() error {
 		if t, err = Decode(data, s.mode); err == nil {
 			// Not remembered as refused: the relay may well send this revision valid.
 			err = s.apply(t, false, true)
+		} else {
+			s.redacted(err.(*Error)) // the file holds what the relay sent
 		}
 	}
 	if err != nil {

@@ -30,6 +30,11 @@ type StoreOptions struct {
 	Mode Mode
 	// Now is the clock that judges certificate validity; nil means time.Now.
 	Now func() time.Time
+	// Redact, if set, is applied to every violation and warning before the store logs or
+	// returns it: they may quote what the table's sender chose (an unexpected key), and a
+	// relay may echo the registration bearer there. The ingress passes the bearer's
+	// scrubber (env.Bearer.Scrubber); nil leaves them as they are.
+	Redact func(string) string
 }
 
 // Store holds the current compiled table. Load is the only call on the request path: one
@@ -44,6 +49,7 @@ type Store struct {
 	log      *zap.Logger
 	mode     Mode
 	now      func() time.Time
+	redact   func(string) string
 
 	applied         atomic.Int64 // revision serving, -1 for none
 	routes          atomic.Int64
@@ -66,6 +72,7 @@ func NewStore(opts StoreOptions) *Store {
 		log:      opts.Logger,
 		mode:     opts.Mode,
 		now:      opts.Now,
+		redact:   opts.Redact,
 		states:   map[targetID]*TargetState{},
 	}
 	if s.log == nil {
@@ -73,6 +80,9 @@ func NewStore(opts StoreOptions) *Store {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.redact == nil {
+		s.redact = func(v string) string { return v }
 	}
 	s.applied.Store(-1)
 	s.maxRefused.Store(-1)
@@ -127,7 +137,7 @@ func (s *Store) ApplyJSON(raw json.RawMessage) error {
 	if err != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		ie := err.(*Error)
+		ie := s.redacted(err.(*Error))
 		if ie.Revision >= 0 {
 			if cur := s.applied.Load(); ie.Revision <= cur {
 				return &Error{Code: CodeStale, Revision: ie.Revision}
@@ -146,7 +156,22 @@ func (s *Store) ApplyJSON(raw json.RawMessage) error {
 func (s *Store) refuse(err *Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.refuseLocked(err)
+	s.refuseLocked(s.redacted(err))
+}
+
+// redacted passes e's violations through Redact, in place (e was just made by Decode or
+// newInvalid), and returns e.
+func (s *Store) redacted(e *Error) *Error {
+	e.Violations = s.redactAll(e.Violations)
+	return e
+}
+
+// redactAll returns list with each string passed through Redact, in place.
+func (s *Store) redactAll(list []string) []string {
+	for i, v := range list {
+		list[i] = s.redact(v)
+	}
+	return list
 }
 
 // apply is Apply's body. force skips the revision checks (standalone content change);
@@ -169,14 +194,14 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 	}
 	v := validate(t, s.mode, s.now())
 	if len(v.violations) > 0 {
-		err := newInvalid(revisionOf(t), v.violations)
+		err := s.redacted(newInvalid(revisionOf(t), v.violations))
 		if !fromState {
 			s.refuseLocked(err)
 		}
 		return err
 	}
 	c, next := compile(t, v.certs, s.states, s.reg)
-	c.Warnings = v.warnings
+	c.Warnings = s.redactAll(v.warnings)
 	c.ExpiredCertificates = v.expired
 	s.states = next
 	s.cur.Store(c)
@@ -188,7 +213,7 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 		zap.Int64("revision", t.Revision),
 		zap.Int("routes", len(t.Routes)),
 		zap.Int("certificates", len(t.Certificates)))
-	for _, w := range v.warnings {
+	for _, w := range c.Warnings {
 		s.log.Warn("route table warning", zap.Int64("revision", t.Revision), zap.String("warning", w))
 	}
 	if !fromState && s.stateDir != "" {

@@ -343,3 +343,48 @@ func TestNoKeyMaterialInErrorsOrLogs(t *testing.T) {
 		t.Fatalf("only %d texts checked", len(texts))
 	}
 }
+
+// A relay may echo the registration bearer into a table, for instance as a key the schema
+// does not allow: with StoreOptions.Redact set, the violations the store logs and returns
+// show the marker in its place, from the relay and from the state file alike.
+func TestRedactAppliesToViolations(t *testing.T) {
+	const secret = "s3cr3t-echoed-BEARER"
+	const marker = "[redacted]"
+	redact := func(s string) string { return strings.ReplaceAll(s, secret, marker) }
+	raw := []byte(`{"revision":3,"routes":[],"certificates":[],"` + secret + `":1}`)
+	log, logs := observed()
+	dir := t.TempDir()
+	s := NewStore(StoreOptions{Logger: log, StateDir: dir, Redact: redact})
+	err := s.ApplyJSON(raw)
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("%v, want ErrInvalid", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, StateFile), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lerr := NewStore(StoreOptions{Logger: log, StateDir: dir, Redact: redact}).LoadState()
+	if lerr == nil {
+		t.Fatal("a state file with an unknown key must be reported")
+	}
+	want := marker + " is not allowed"
+	texts := []string{err.Error(), lerr.Error()}
+	for _, v := range logs.FilterMessage("route table violation").All() {
+		texts = append(texts, fmt.Sprint(v.ContextMap()["violation"]))
+	}
+	for _, v := range logs.FilterMessage("last-known-good route table ignored").All() {
+		texts = append(texts, fmt.Sprint(v.ContextMap()["violations"]))
+	}
+	if len(texts) != 4 {
+		t.Fatalf("checked %d texts, want the two errors and two log lines", len(texts))
+	}
+	for _, text := range texts {
+		if !strings.Contains(text, want) {
+			t.Errorf("%q does not hold %q", text, want)
+		}
+	}
+	for _, e := range logs.All() {
+		if line := e.Message + fmt.Sprint(e.ContextMap()); strings.Contains(line, secret) {
+			t.Errorf("log line leaks the secret: %s", line)
+		}
+	}
+}
