@@ -3,8 +3,10 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
 
 	"github.com/serve-zone/ingress/stats"
@@ -112,6 +114,12 @@ func (c *clientConn) Write(p []byte) (int, error) {
 	if n > 0 {
 		c.writeN.Add(int64(n))
 	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The client stopped reading (ClientSendTimeout): whoever closes the
+		// connection next resets it, instead of leaving the kernel to trickle out
+		// what is still queued for minutes.
+		c.resetOnClose()
+	}
 	return n, err
 }
 
@@ -165,6 +173,18 @@ func (c *clientConn) setProto(p stats.Proto) {
 }
 
 func (c *clientConn) isTLS() bool { return c.tc != nil }
+
+// resetOnClose makes Close reset the TCP connection (SO_LINGER 0), dropping whatever is
+// still queued for a client that stopped reading.
+func (c *clientConn) resetOnClose() {
+	nc := c.Conn
+	if c.tc != nil {
+		nc = c.tc.NetConn()
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+}
 
 // covers reports whether this connection may serve host: always on plain connections,
 // on TLS ones when its certificate covers host (certCovers).

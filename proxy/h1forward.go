@@ -109,7 +109,7 @@ func (c *h1Conn) answer(w *h1Work, o outcome) int {
 		b = append(b, eb.text...)
 	}
 	w.wb = b
-	_, _ = c.cc.Write(b)
+	_, _ = c.send(b)
 	return code
 }
 
@@ -127,7 +127,7 @@ func (c *h1Conn) redirect(w *h1Work) int {
 	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
 	w.wb = b
-	_, _ = c.cc.Write(b)
+	_, _ = c.send(b)
 	return http.StatusPermanentRedirect
 }
 
@@ -566,9 +566,9 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 		out = append(b, first...)
 		w.wb = out
 	}
-	if _, err := c.cc.Write(out); err != nil {
+	if _, err := c.send(out); err != nil {
 		uc.close()
-		return status, true
+		return 0, true // the client left or stalled: recorded as 499
 	}
 	if done {
 		c.s.up.putBack(uc, keepUp, time.Now())
@@ -598,9 +598,9 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 				w.wb = appendChunk(w.wb[:0], chunk)
 				chunk = w.wb
 			}
-			if _, err := c.cc.Write(chunk); err != nil {
+			if _, err := c.send(chunk); err != nil {
 				uc.close()
-				return status, true
+				return 0, true // the client left or stalled: recorded as 499
 			}
 			if done {
 				c.s.up.putBack(uc, keepUp, time.Now())
@@ -610,7 +610,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 		if rerr != nil {
 			if frame == frameClose && rerr == io.EOF {
 				uc.close()
-				if _, err := c.cc.Write(lastChunk); err != nil {
+				if _, err := c.send(lastChunk); err != nil {
 					return status, true
 				}
 				return status, false
@@ -631,6 +631,20 @@ func (c *h1Conn) brokenBody(uc *upConn, e *routetable.Entry, status int, _ error
 	uc.close()
 	c.s.countFailure(outcomeRequest, e.Stats)
 	return status, true
+}
+
+// send writes b to the client under Config.ClientSendTimeout: a client that stops
+// reading (or a window that never opens) fails the write instead of holding the
+// connection, its target connection and our goroutine. The deadline is renewed only when
+// it is older than h1IdleSlack (a quarter of the timeout if that is less), which saves a
+// timer update per small response; a write gets at least three quarters of the timeout.
+func (c *h1Conn) send(b []byte) (int, error) {
+	d := c.s.cfg.ClientSendTimeout
+	if now := time.Now(); now.Sub(c.wdlSetAt) >= min(h1IdleSlack, d/4) {
+		c.wdlSetAt = now
+		_ = c.cc.SetWriteDeadline(now.Add(d))
+	}
+	return c.cc.Write(b)
 }
 
 func appendChunk(b, data []byte) []byte {

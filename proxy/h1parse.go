@@ -210,7 +210,9 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) h1Verdict {
 		r.fields = append(r.fields, f)
 	}
 	switch {
-	case clDiffers, sawTE && r.hasCL, hosts > 1:
+	case clDiffers, sawTE && r.hasCL, sawTE && !r.http11, hosts > 1:
+		// (Transfer-Encoding in an HTTP/1.0 request: RFC 9112 §6.1 makes its framing
+		// faulty, and net/http would ignore the field.)
 		return h1Bad
 	case hosts == 0:
 		if r.http11 {
@@ -222,12 +224,14 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) h1Verdict {
 	case !validHost(r.host):
 		return h1Bad
 	}
-	dropConnectionNamed(head, r.fields)
+	// TE is hop-by-hop and regenerated (RFC 9110 §10.1.4 has clients name it in
+	// Connection too): read before Connection options mark it dropped.
 	for j := range r.fields {
 		if f := &r.fields[j]; f.kind == fkTE && hasTokenBytes(f.value(head), "trailers") {
 			r.teTrailers = true
 		}
 	}
+	dropConnectionNamed(head, r.fields)
 	return v
 }
 

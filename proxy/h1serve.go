@@ -74,10 +74,12 @@ type h1Conn struct {
 
 	dlIdle  bool      // the read deadline set is the idle one, set at dlSetAt
 	dlSetAt time.Time // when the idle deadline was set
-	served  int
-	started time.Time // accepted at
-	now     time.Time // read once per request
-	closing bool      // the current response says Connection: close; then the conn closes
+	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
+	wdlSetAt time.Time
+	served   int
+	started  time.Time // accepted at
+	now      time.Time // read once per request
+	closing  bool      // the current response says Connection: close; then the conn closes
 }
 
 // h1Work is what one request needs beyond the connection: parsed heads, the outgoing
@@ -205,6 +207,9 @@ func (c *h1Conn) serve() {
 	s.h1.remove(c)
 	s.totals.Conn(stats.Proto(c.cc.proto.Load()), -1)
 	if handoff && c.state.Load() != h1Closing && !s.draining.Load() {
+		// net/http sets its own read deadlines, not write ones: ours must not outlive
+		// the fast path.
+		_ = c.cc.SetWriteDeadline(time.Time{})
 		if c.w > c.r {
 			c.cc.pending = c.rbuf[c.r:c.w]
 		}

@@ -66,10 +66,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.answer(w, &rs, outcomeBadRequest)
 	} else {
-		if rs.proto == stats.ProtoHTTP1 && len(r.TransferEncoding) > 0 {
-			// net/http reads Transfer-Encoding over a Content-Length and hides that
-			// there was one; RFC 9112 §6.1 then wants the connection closed. It cannot
-			// tell, so every chunked request on this path ends its connection.
+		if rs.proto == stats.ProtoHTTP1 && (len(r.TransferEncoding) > 0 || r.ProtoMinor == 0) {
+			// net/http reads Transfer-Encoding over a Content-Length, and ignores it in
+			// HTTP/1.0, and hides both; RFC 9112 §6.1 then wants the connection closed.
+			// It cannot tell, so every chunked or HTTP/1.0 request on this path ends its
+			// connection (the fast path refuses both cases outright).
 			w.Header()["Connection"] = valClose
 		}
 		s.route(w, r, &rs)
@@ -99,13 +100,16 @@ func (s *Server) covers(r *http.Request, rs *reqState) bool {
 
 // malformed reports a request that is refused with 400 whatever its route: a Connection
 // option naming a framing field or Host (RFC 9110 §7.6.1 forbids it, and honouring it
-// would forward a head framed or routed otherwise than it was read), or a Host whose
-// port is not a number. The fast path's parser (h1parse.go) applies the same rules.
+// would forward a head framed or routed otherwise than it was read), an absolute-form
+// target with an empty authority, or a Host whose port is not a number. The fast path's parser (h1parse.go) applies the same rules.
 func malformed(r *http.Request) bool {
 	for _, v := range r.Header["Connection"] {
 		if namesProtectedField(unsafe.Slice(unsafe.StringData(v), len(v))) {
 			return true
 		}
+	}
+	if r.ProtoMajor == 1 && r.URL.Scheme != "" && r.URL.Host == "" {
+		return true // "http:///x": RFC 9110 §4.2.1 makes an empty authority invalid, and Host may not stand in for it
 	}
 	return !validHostPort(r.Host)
 }

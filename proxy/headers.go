@@ -36,6 +36,12 @@ var hopHeaders = [...]string{
 // header names (but never Content-Length, Transfer-Encoding or Host: a request naming one
 // is refused before, and a response's framing is net/http's to write). It reports whether a TE header asked for trailers.
 func removeHopByHop(h http.Header) (teTrailers bool) {
+	// TE first: clients name it in Connection too (RFC 9110 §10.1.4).
+	for _, v := range h["Te"] {
+		if hasToken(v, "trailers") {
+			teTrailers = true
+		}
+	}
 	for _, v := range h["Connection"] {
 		for v != "" {
 			var tok string
@@ -47,11 +53,6 @@ func removeHopByHop(h http.Header) (teTrailers bool) {
 				continue // framing and Host are never an option's to remove
 			}
 			h.Del(tok)
-		}
-	}
-	for _, v := range h["Te"] {
-		if hasToken(v, "trailers") {
-			teTrailers = true
 		}
 	}
 	for _, k := range hopHeaders {

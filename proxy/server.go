@@ -236,11 +236,13 @@ func (s *Server) newHTTPServer() *http.Server {
 		ConnContext:       connContext,
 		ErrorLog:          mustStdLogAt(s.log.Named("http"), zapcore.DebugLevel),
 		Protocols:         &p,
-		// Streams are bounded per connection; the receive buffers are too (the
-		// connection's caps what all its streams hold together, and is only filled as
-		// fast as the client sends). A stream whose client stops taking data is reset
-		// after ClientSendTimeout (forward.go), a connection whose socket stops taking
-		// data is closed after it (WriteByteTimeout).
+		// What one connection may hold is bounded: 128 streams, each with a target
+		// connection at most, and 4 MiB of request body received but not yet forwarded
+		// for all its streams together (1 MiB per stream, enough window for fast
+		// uploads; the buffers fill only with what the client sends, and a stalled body
+		// fails after ClientBodyTimeout). A stream whose client stops taking data is
+		// reset after ClientSendTimeout (forward.go), a connection whose socket stops
+		// taking data is closed after it (WriteByteTimeout).
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          maxConcurrentStreams,
 			MaxReceiveBufferPerConnection: 4<<20 - 1,

@@ -36,6 +36,8 @@ type options struct {
 	ReadHeaderTimeout     time.Duration
 	IdleTimeout           time.Duration
 	MaxHeaderBytes        int
+	ClientBodyTimeout     time.Duration
+	ClientSendTimeout     time.Duration
 
 	MetricsPerHost bool
 	RetentionDays  int
@@ -62,6 +64,8 @@ func defaultOptions() options {
 		ReadHeaderTimeout:     10 * time.Second,
 		IdleTimeout:           120 * time.Second,
 		MaxHeaderBytes:        64 << 10,
+		ClientBodyTimeout:     30 * time.Second,
+		ClientSendTimeout:     30 * time.Second,
 		RetentionDays:         35,
 	}
 }
@@ -88,6 +92,8 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", o.ReadHeaderTimeout, "timeout for reading a client's request headers")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "how long an idle client keep-alive connection is kept")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
+	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", o.ClientBodyTimeout, "a request body must deliver at least 1 KiB (or its rest) in every window of this length, else 408")
+	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
@@ -151,6 +157,8 @@ func (o *options) validate() error {
 	positive("response-header-timeout", o.ResponseHeaderTimeout)
 	positive("read-header-timeout", o.ReadHeaderTimeout)
 	positive("idle-timeout", o.IdleTimeout)
+	positive("client-body-timeout", o.ClientBodyTimeout)
+	positive("client-send-timeout", o.ClientSendTimeout)
 	if o.MaxHeaderBytes < 4096 || o.MaxHeaderBytes > 16<<20 {
 		bad("--max-header-bytes must be from 4096 to 16777216, got %d", o.MaxHeaderBytes)
 	}

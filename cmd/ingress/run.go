@@ -157,8 +157,11 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	if o.Routes != "" {
 		mode = routetable.ModeStandalone
 	}
+	// Tables come from the relay, which may echo the bearer into them: the store scrubs
+	// its violations and warnings (the session scrubs everything else the relay sends).
 	in.store = routetable.NewStore(routetable.StoreOptions{
 		Stats: in.stats, StateDir: o.StateDir, Logger: log.Named("routetable"), Mode: mode,
+		Redact: d.env.Bearer.Scrubber(),
 	})
 	if o.Routes != "" {
 		in.watcher = routetable.NewFileSource(o.Routes, in.store, routetable.FileSourceOptions{Logger: log.Named("routes")})
@@ -190,6 +193,8 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		ReadHeaderTimeout:     o.ReadHeaderTimeout,
 		IdleTimeout:           o.IdleTimeout,
 		MaxHeaderBytes:        o.MaxHeaderBytes,
+		ClientBodyTimeout:     o.ClientBodyTimeout,
+		ClientSendTimeout:     o.ClientSendTimeout,
 		AccessLog:             access,
 	})
 	if err != nil {
