@@ -1047,6 +1047,11 @@ var diffAccepted = []struct {
 					continue
 				}
 				std.Responses[i] = f
+				if std.End == "body broken off" {
+					// Its answer was close-delimited (HTTP/1.0), and net/http's close with
+					// the unread chunked body behind it reset the connection: ended too.
+					std.End = fast.End
+				}
 				// What the net/http side forwarded of it: what follows what the fast side
 				// forwarded (of the requests before), if it is this request's, by id or
 				// (Connection may name x-diff-id) by method and target.
