@@ -105,6 +105,9 @@ func (s *Server) getCertificateH3(hello *tls.ClientHelloInfo) (*tls.Certificate,
 	if err != nil {
 		s.totals.TLSHandshakeFailure()
 	}
+	if err == ErrNoCertificate {
+		return nil, nil // the unrecognized_name alert (see getCertificate)
+	}
 	return cert, err
 }
 

@@ -59,9 +59,14 @@ func hostOnly(host string) string {
 
 // getCertificate picks the table's certificate for the SNI name (exact route before
 // wildcard), then asks Config.GetCertificate. No SNI or an unknown name fails the
-// handshake with an alert; the failure is counted once by the connection.
+// handshake with the unrecognized_name alert (crypto/tls sends it when GetCertificate
+// returns neither a certificate nor an error and no static one is configured; an error
+// would send internal_error); the failure is counted once by the connection.
 func (s *Server) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	cert, err := s.pickCertificate(hello)
+	if err == ErrNoCertificate {
+		return nil, nil
+	}
 	if cert != nil && hello.Conn != nil {
 		// Kept until the connection picks it up (clientConn.handshake), so that its
 		// requests are checked against it for as long as it lives, whatever tables

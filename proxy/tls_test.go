@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/serve-zone/ingress/routetable"
@@ -38,6 +39,9 @@ func TestSNISelection(t *testing.T) {
 				if err == nil {
 					c.Close()
 					t.Fatalf("handshake succeeded")
+				}
+				if !strings.Contains(err.Error(), "unrecognized name") {
+					t.Errorf("handshake failed with %v, want the unrecognized_name alert", err)
 				}
 				return
 			}
