@@ -145,6 +145,7 @@ func (c *clientConn) handshake() error {
 	}
 	if err != nil {
 		c.s.totals.TLSHandshakeFailure()
+		c.s.handshakeFailed(c.RemoteAddr(), c.tc.ConnectionState().ServerName, err)
 		// A *net.OpError with Op "read" makes net/http close quietly instead of trying to
 		// write a 400 response through a broken TLS connection.
 		c.hsErr = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}

@@ -6,7 +6,13 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -113,11 +119,79 @@ func classifyUpstream(err error) outcome {
 	return outcomeRequest
 }
 
-// countFailure records o's backend failure once on the route and once in the totals.
-func (s *Server) countFailure(o outcome, h *stats.Host) {
-	if k, ok := o.failure(); ok {
-		h.BackendFailure(k)
-		s.totals.BackendFailure(k)
+// failed records o's backend failure on target b of route e, once on the route and once
+// in the totals, and says why in the log: one warn line with the hostname, the target's
+// lease and address, the failure kind and err's text. Lines are rate-limited per target
+// (failureLogEvery): a dead target cannot flood the log, and the next line written says
+// how many failures went unlogged in between. Outcomes that are not backend failures
+// are neither counted nor logged here.
+func (s *Server) failed(o outcome, e *routetable.Entry, b *routetable.Backend, err error) {
+	k, ok := o.failure()
+	if !ok {
+		return
+	}
+	e.Stats.BackendFailure(k)
+	s.totals.BackendFailure(k)
+	if b == nil || !s.log.Core().Enabled(zapcore.WarnLevel) {
+		return
+	}
+	if ok, unlogged := allowLog(&b.State.LoggedAt, &b.State.Unlogged, failureLogEvery); ok {
+		s.log.Warn("backend failure",
+			zap.String("host", e.Hostname),
+			zap.String("lease", b.LeaseID),
+			zap.String("target", b.Addr),
+			zap.String("kind", k.String()),
+			zap.String("error", errText(err, o)),
+			zap.Int64("unlogged", unlogged))
+	}
+}
+
+// failureLogEvery is the least time between two failure lines about one target, and
+// between two TLS handshake failure lines.
+const failureLogEvery = 5 * time.Second
+
+// allowLog reports whether a line may be written now under the gate (at, unlogged): at
+// most one per every. A refused line is counted; an allowed one takes the count.
+func allowLog(at, unlogged *atomic.Int64, every time.Duration) (bool, int64) {
+	now := time.Now().UnixNano()
+	last := at.Load()
+	if now-last < int64(every) || !at.CompareAndSwap(last, now) {
+		unlogged.Add(1)
+		return false, 0
+	}
+	return true, unlogged.Swap(0)
+}
+
+// errText is err's text for a log line or the access log, or what o stands for when
+// there is no error value.
+func errText(err error, o outcome) string {
+	if err != nil {
+		return err.Error()
+	}
+	switch o {
+	case outcomeHandshake:
+		return "target refused the WebSocket upgrade"
+	case outcomeTimeout:
+		return "timeout"
+	}
+	return "failed"
+}
+
+// handshakeFailed logs a failed TLS handshake at debug level (clients and scanners cause
+// them, not operators), rate-limited server-wide like backend failures.
+func (s *Server) handshakeFailed(remote net.Addr, sni string, err error) {
+	if !s.log.Core().Enabled(zapcore.DebugLevel) {
+		return
+	}
+	if err == nil {
+		err = errors.New("connection ended during the handshake")
+	}
+	if ok, unlogged := allowLog(&s.hsLoggedAt, &s.hsUnlogged, failureLogEvery); ok {
+		s.log.Debug("TLS handshake failed",
+			zap.String("client", remote.String()),
+			zap.String("sni", sni),
+			zap.String("error", err.Error()),
+			zap.Int64("unlogged", unlogged))
 	}
 }
 

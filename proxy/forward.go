@@ -179,7 +179,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		if last == outcomeConnect {
 			markDown(b)
 		}
-		s.countFailure(last, e.Stats)
+		rs.backend, rs.err = b, err
+		s.failed(last, e, b, err)
 		if last == outcomeConnect && (body == nil || !body.started.Load()) {
 			continue
 		}
@@ -192,7 +193,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		}
 		return
 	}
-	rs.lease = b.LeaseID
+	rs.backend = b
 	s.relayBody(w, r, res, rs, body)
 	b.State.InFlight.Add(-1)
 	if body != nil && !rs.h1 {
@@ -257,10 +258,12 @@ func (s *Server) relayBody(w http.ResponseWriter, r *http.Request, res *http.Res
 		// more to say to it. (net/http has closed an HTTP/1.1 connection already.)
 		rs.abort = true
 		rs.status = outcomeClientStalled.status()
+		rs.err = werr
 		return
 	case rerr != nil:
+		rs.err = rerr
 		if r.Context().Err() == nil && (body == nil || !body.failed.Load()) {
-			s.countFailure(outcomeRequest, rs.entry.Stats)
+			s.failed(outcomeRequest, rs.entry, rs.backend, rerr)
 		}
 		rs.abort = true
 		return

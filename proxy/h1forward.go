@@ -36,9 +36,9 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	var (
 		e      *routetable.Entry
 		status int
-		lease  string
 		abort  bool
 	)
+	c.backend, c.err = nil, nil
 	t := s.tables.Load()
 	switch {
 	case t == nil:
@@ -58,7 +58,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 			if !c.secure && e.TLS != nil && e.TLS.RedirectHTTP {
 				status = c.redirect(w)
 			} else {
-				status, lease, abort = c.forward(w, e, body)
+				status, abort = c.forward(w, e, body)
 			}
 		}
 	}
@@ -78,7 +78,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	s.totals.Request(stats.ProtoHTTP1, statusForTotals(status), in, out)
 	s.totals.InFlight(-1)
 	if s.accessLog != nil {
-		c.logAccess(req, e, status, in, out, lease)
+		c.logAccess(req, e, status, in, out)
 	}
 	c.r += consumed
 	return !c.closing && !abort
@@ -159,7 +159,7 @@ func (c *h1Conn) appendCommon(b []byte, hasDate bool) []byte {
 // connect failure marks the target down and tries another one (the body is in memory,
 // nothing was sent); nothing else is retried. abort means the response was broken off
 // and the connection must close.
-func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte) (status int, lease string, abort bool) {
+func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte) (status int, abort bool) {
 	s := c.s
 	c.buildRequest(w, body)
 	var tried uint64
@@ -167,30 +167,32 @@ func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte) (status in
 	for {
 		i := pick(e.Backends, tried)
 		if i < 0 {
-			return c.answer(w, last), "", false
+			return c.answer(w, last), false
 		}
 		tried |= 1 << i
 		b := e.Backends[i]
 		b.State.InFlight.Add(1)
 		uc, err := c.exchange(w, b.Addr)
+		c.backend = b
 		if err == nil {
 			markUp(b)
 			status, abort = c.relay(w, uc, e)
 			b.State.InFlight.Add(-1)
-			return status, b.LeaseID, abort
+			return status, abort
 		}
 		b.State.InFlight.Add(-1)
+		c.err = err
 		last = classifyUpstream(err)
 		if last == outcomeConnect {
 			markDown(b)
 		}
-		s.countFailure(last, e.Stats)
+		s.failed(last, e, b, err)
 		switch last {
 		case outcomeConnect:
 		case outcomeClientGone:
-			return 0, "", true
+			return 0, true
 		default:
-			return c.answer(w, last), "", false
+			return c.answer(w, last), false
 		}
 	}
 }
@@ -541,7 +543,8 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 		if err != nil {
 			// Nothing reached the client yet: it gets a 502 instead of a broken body.
 			uc.close()
-			c.s.countFailure(outcomeRequest, e.Stats)
+			c.err = err
+			c.s.failed(outcomeRequest, e, c.backend, err)
 			c.closing = true // the target's connection state is unknown; so is ours to it
 			return c.answer(w, outcomeRequest), true
 		}
@@ -568,6 +571,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 	}
 	if _, err := c.send(out); err != nil {
 		uc.close()
+		c.err = err
 		return 0, true // the client left or stalled: recorded as 499
 	}
 	if done {
@@ -600,6 +604,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 			}
 			if _, err := c.send(chunk); err != nil {
 				uc.close()
+				c.err = err
 				return 0, true // the client left or stalled: recorded as 499
 			}
 			if done {
@@ -627,9 +632,10 @@ var (
 
 // brokenBody ends a response whose body the target broke off: a request failure, and
 // the client's connection closes so that it never takes the truncated body for whole.
-func (c *h1Conn) brokenBody(uc *upConn, e *routetable.Entry, status int, _ error) (int, bool) {
+func (c *h1Conn) brokenBody(uc *upConn, e *routetable.Entry, status int, err error) (int, bool) {
 	uc.close()
-	c.s.countFailure(outcomeRequest, e.Stats)
+	c.err = err
+	c.s.failed(outcomeRequest, e, c.backend, err)
 	return status, true
 }
 
@@ -665,25 +671,35 @@ func (u *upstream) putBack(uc *upConn, keep bool, now time.Time) {
 	uc.close()
 }
 
-func (c *h1Conn) logAccess(req *h1Req, e *routetable.Entry, status int, in, out int64, lease string) {
+func (c *h1Conn) logAccess(req *h1Req, e *routetable.Entry, status int, in, out int64) {
 	host := string(req.host)
 	if e != nil {
 		host = e.Hostname
 	}
-	path := req.target()
-	if i := bytes.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
+	path, query, _ := bytes.Cut(req.target(), []byte{'?'})
+	var lease, target, errText string
+	if b := c.backend; b != nil {
+		lease, target = b.LeaseID, b.Addr
+	}
+	if c.err != nil {
+		errText = c.err.Error()
 	}
 	c.s.accessLog.Info("request",
 		zap.String("host", host),
-		zap.ByteString("method", req.method()),
-		zap.ByteString("path", path),
+		// Copies: the bytes are the connection's buffer, which the next request
+		// overwrites, and a core may keep fields past this call.
+		zap.String("method", string(req.method())),
+		zap.String("path", string(path)),
+		zap.String("query", string(query)),
 		zap.Int("status", statusForTotals(status)),
 		zap.Int64("bytesIn", in),
 		zap.Int64("bytesOut", out),
 		zap.Duration("duration", time.Since(c.now)),
+		zap.String("client", c.cc.RemoteAddr().String()),
 		zap.String("lease", lease),
+		zap.String("target", target),
 		zap.String("proto", stats.ProtoHTTP1.String()),
+		zap.String("error", errText),
 	)
 }
 

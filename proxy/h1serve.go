@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -77,9 +78,11 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
-	started  time.Time // accepted at
-	now      time.Time // read once per request
-	closing  bool      // the current response says Connection: close; then the conn closes
+	started  time.Time           // accepted at
+	now      time.Time           // read once per request
+	closing  bool                // the current response says Connection: close; then the conn closes
+	backend  *routetable.Backend // the current request's target (the one tried last)
+	err      error               // why the current request failed, for the access log
 }
 
 // h1Work is what one request needs beyond the connection: parsed heads, the outgoing
@@ -231,8 +234,11 @@ func (c *h1Conn) run() (handoff bool) {
 		if err := c.cc.handshake(); err != nil {
 			return false
 		}
-		if c.cc.tc.ConnectionState().NegotiatedProtocol == "h2" {
+		switch p := c.cc.tc.ConnectionState().NegotiatedProtocol; {
+		case p == "h2":
 			return true
+		case p != "" && p != "http/1.1" && s.extraProto(p):
+			return false // an ACME TLS-ALPN-01 validation: the handshake was all of it
 		}
 		c.altSvc = s.h3.altSvc != nil
 	}
@@ -251,6 +257,10 @@ func (c *h1Conn) run() (handoff bool) {
 		w := getWork()
 		switch parseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
 		case h1Fast:
+			if !c.secure && s.cfg.HTTPChallenge != nil && isACMEChallenge(w.req.target()) {
+				putWork(w)
+				return true // Config.HTTPChallenge is asked on net/http's path (handler.go)
+			}
 		case h1Other:
 			if !c.secure && c.w-c.r < len(h2PrefacePrefix) {
 				// net/http would wait for more bytes to rule out the h2c preface; no

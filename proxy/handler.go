@@ -23,11 +23,12 @@ type reqState struct {
 	secure   bool
 	entry    *routetable.Entry
 	status   int
-	in, out  int64 // HTTP/2 rule: decoded header fields plus body bytes
-	lease    string
-	upgraded bool // a WebSocket tunnel did its own request accounting
-	altSvc   bool // TLS on TCP with HTTP/3 on: the response announces it (Alt-Svc)
-	abort    bool // the response is broken: abort it after the accounting
+	in, out  int64               // HTTP/2 rule: decoded header fields plus body bytes
+	backend  *routetable.Backend // the target tried last (access log), nil when none was
+	err      error               // why the request failed, for the access log; nil when it did not
+	upgraded bool                // a WebSocket tunnel did its own request accounting
+	altSvc   bool                // TLS on TCP with HTTP/3 on: the response announces it (Alt-Svc)
+	abort    bool                // the response is broken: abort it after the accounting
 	start    time.Time
 }
 
@@ -127,6 +128,9 @@ func protoOf(r *http.Request) stats.Proto {
 // route answers r: 503 without a table, 404 for an unknown host, 308 to https for a TLS
 // route that asks for it, 405 for CONNECT, else a tunnel or a forward.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
+	if s.serveHTTPChallenge(w, r, rs) {
+		return // ACME HTTP-01, before routing and redirects (challenge.go)
+	}
 	t := s.tables.Load()
 	if t == nil {
 		s.answer(w, rs, outcomeNoTable)
@@ -243,15 +247,26 @@ func (s *Server) logAccess(r *http.Request, rs *reqState) {
 	if rs.entry != nil {
 		host = rs.entry.Hostname
 	}
+	var lease, target, errText string
+	if b := rs.backend; b != nil {
+		lease, target = b.LeaseID, b.Addr
+	}
+	if rs.err != nil {
+		errText = rs.err.Error()
+	}
 	s.accessLog.Info("request",
 		zap.String("host", host),
 		zap.String("method", r.Method),
 		zap.String("path", r.URL.Path),
+		zap.String("query", r.URL.RawQuery),
 		zap.Int("status", statusForTotals(rs.status)),
 		zap.Int64("bytesIn", rs.in),
 		zap.Int64("bytesOut", rs.out),
 		zap.Duration("duration", time.Since(rs.start)),
-		zap.String("lease", rs.lease),
+		zap.String("client", r.RemoteAddr),
+		zap.String("lease", lease),
+		zap.String("target", target),
 		zap.String("proto", rs.proto.String()),
+		zap.String("error", errText),
 	)
 }

@@ -226,6 +226,7 @@ func (s *Server) watchHTTP3(hc *h3Conn) {
 			s.attributeSNI(hc)
 		default:
 			s.totals.TLSHandshakeFailure()
+			s.handshakeFailed(c.RemoteAddr(), c.ConnectionState().TLS.ServerName, context.Cause(c.Context()))
 		}
 		return
 	case <-s.h3.stop:

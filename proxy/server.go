@@ -84,12 +84,25 @@ type Config struct {
 	// timeout (HTTP2Config.WriteByteTimeout). Like ClientBodyTimeout it may fire up to
 	// an eighth of its length late. WebSocket tunnels are not subject to either.
 	ClientSendTimeout time.Duration
-	// AccessLog, when set, receives one Info line per request: host, method, path (never
-	// the query), status, bytes in/out, duration and the target lease.
+	// AccessLog, when set, receives one Info line per request: host, method, path, query,
+	// status, bytes in/out, duration, the client's address, the target's lease and
+	// address (also when it failed), the protocol and, for a failed request, the error.
 	AccessLog *zap.Logger
 	// GetCertificate, when set, is asked for SNI names the table has no certificate for
-	// (ACME). It must be safe for concurrent use.
+	// (ACME), and first for a hello that offers nothing but NextProtos (an ACME
+	// TLS-ALPN-01 validation). Returning (nil, nil) fails the handshake with the
+	// unrecognized_name alert, an error with internal_error. It must be safe for
+	// concurrent use.
 	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// NextProtos are ALPN protocols offered after h2 and http/1.1 on the TLS listener
+	// ("acme-tls/1" for ACME's TLS-ALPN-01 challenge). A connection that negotiates one
+	// of them is closed once its handshake is done: no request is read from it.
+	NextProtos []string
+	// HTTPChallenge, when set, is asked first about every request on the plain listener
+	// whose path starts with /.well-known/acme-challenge/, before routing and redirects;
+	// it returns true when it answered the request (ACME's HTTP-01 challenge), false to
+	// let the request be routed as any other. It must be safe for concurrent use.
+	HTTPChallenge func(http.ResponseWriter, *http.Request) bool
 	// HTTP3 also serves HTTP/3 (QUIC) on UDP at HTTPSAddr's host and port (the port the
 	// TCP listener got when HTTPSAddr's port is 0), with the same routing and certificates,
 	// and announces it with Alt-Svc on responses over TLS on TCP. It is ignored without
@@ -142,7 +155,9 @@ type Server struct {
 	// hsCerts carries the certificate chosen in a TCP handshake from getCertificate to
 	// the connection (keyed by the raw net.Conn; removed when the handshake ends).
 	hsCerts sync.Map
-	stapler *stapler // OCSP staples for the table's certificates (ocsp.go)
+	// hsLoggedAt and hsUnlogged rate-limit the TLS handshake failure lines (errors.go).
+	hsLoggedAt, hsUnlogged atomic.Int64
+	stapler                *stapler // OCSP staples for the table's certificates (ocsp.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
+
+var errNoUpgrade = errors.New("proxy: target answered 101 without Upgrade: websocket")
 
 // serveWebSocket relays an HTTP/1.1 WebSocket upgrade. It dials the target itself (with
 // the same pick, retry and passive health as forward) so that the tunnel owns a plain TCP
@@ -57,11 +60,12 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 			return // the client went away
 		}
 		markDown(b)
-		s.countFailure(outcomeConnect, e.Stats)
+		rs.backend, rs.err = b, err
+		s.failed(outcomeConnect, e, b, err)
 	}
 	b.State.InFlight.Add(1)
 	defer b.State.InFlight.Add(-1)
-	rs.lease = b.LeaseID
+	rs.backend, rs.err = b, nil
 	o.url.Host = b.Addr
 
 	// The handshake: bounded by ResponseHeaderTimeout and by the client's presence.
@@ -77,7 +81,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 	if err != nil || clientGone {
 		bc.Close()
 		if !clientGone {
-			s.countFailure(outcomeHandshake, e.Stats)
+			rs.err = err
+			s.failed(outcomeHandshake, e, b, err)
 			s.answer(w, rs, outcomeHandshake)
 		}
 		return
@@ -90,7 +95,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 	}
 	if !headerHasToken(res.Header, "Upgrade", "websocket") {
 		bc.Close()
-		s.countFailure(outcomeHandshake, e.Stats)
+		rs.err = errNoUpgrade
+		s.failed(outcomeHandshake, e, b, errNoUpgrade)
 		s.answer(w, rs, outcomeHandshake)
 		return
 	}

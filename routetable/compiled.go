@@ -53,6 +53,11 @@ type TargetState struct {
 	// Failures counts consecutive connect failures; it drives the backoff and is reset by
 	// a successful connection.
 	Failures atomic.Int32
+	// LoggedAt (UnixNano) and Unlogged rate-limit the data plane's failure log lines for
+	// the target: when the last one was written, and how many failures were not logged
+	// since.
+	LoggedAt atomic.Int64
+	Unlogged atomic.Int64
 }
 
 // Backend is a compiled target: its identity plus its shared state.

@@ -22,3 +22,25 @@ func newLogger(format string, level zapcore.Level, out io.Writer) *zap.Logger {
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(out)), level)
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(out))))
 }
+
+// accessLogger returns log's sink for the access log: the same format and output, at
+// info whatever --log-level says (--access-log asks for the lines; --log-level is about
+// operational messages).
+func accessLogger(log *zap.Logger) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return infoCore{c} }))
+}
+
+// infoCore enables info and above on a core whose own level may be higher. The cores
+// newLogger builds write every entry they are handed (the level is checked in Check).
+type infoCore struct{ zapcore.Core }
+
+func (c infoCore) Enabled(l zapcore.Level) bool { return l >= zapcore.InfoLevel }
+
+func (c infoCore) With(f []zapcore.Field) zapcore.Core { return infoCore{c.Core.With(f)} }
+
+func (c infoCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}

@@ -178,7 +178,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	totals := new(stats.Totals)
 	var access *zap.Logger
 	if o.AccessLog {
-		access = log.Named("access")
+		access = accessLogger(log).Named("access")
 	}
 	p, err := proxy.New(proxy.Config{
 		HTTPAddr:              o.HTTPAddr,

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// TestAccessLogIgnoresLogLevel: --access-log lines are written with --log-level warn,
+// while the process logger's own info lines are not.
+func TestAccessLogIgnoresLogLevel(t *testing.T) {
+	for _, format := range []string{"json", "console"} {
+		var out bytes.Buffer
+		log := newLogger(format, zapcore.WarnLevel, &out)
+		access := accessLogger(log).Named("access")
+		log.Info("operational info")
+		access.Info("request")
+		access.Debug("not at info")
+		log.Warn("operational warning")
+		got := out.String()
+		if strings.Contains(got, "operational info") || strings.Contains(got, "not at info") {
+			t.Errorf("%s: below-level lines written:\n%s", format, got)
+		}
+		if !strings.Contains(got, "request") || !strings.Contains(got, "access") || !strings.Contains(got, "operational warning") {
+			t.Errorf("%s: access or warning line missing:\n%s", format, got)
+		}
+	}
+}

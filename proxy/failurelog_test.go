@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/serve-zone/ingress/routetable"
+)
+
+// withLogs records the server's log at debug level and its access log.
+func withLogs(logs, access **observer.ObservedLogs) func(*Config) {
+	return func(c *Config) {
+		core, l := observer.New(zapcore.DebugLevel)
+		c.Logger = zap.New(core)
+		*logs = l
+		acore, al := observer.New(zapcore.InfoLevel)
+		c.AccessLog = zap.New(acore)
+		*access = al
+	}
+}
+
+// TestBackendFailuresAreLogged: a failing target is said in the log, with the route, the
+// target's lease and address, the failure kind and the error, one line per target per
+// failureLogEvery, the next line counting the failures not logged in between; the access
+// log carries the same target and error, the client's address and the query, on both
+// HTTP/1.1 paths.
+func TestBackendFailuresAreLogged(t *testing.T) {
+	for _, h1Off := range []bool{false, true} {
+		var logs, access *observer.ObservedLogs
+		e := newEnv(t, withLogs(&logs, &access))
+		e.srv.h1.mu.Lock() // orders the write before any connection reads it (see newDiffPair)
+		e.srv.h1Off = h1Off
+		e.srv.h1.mu.Unlock()
+		dead := deadAddr(t)
+		tb := e.apply([]routeSpec{{host: "app.example.test", backends: []string{dead}}})
+		lease := tb.Routes[0].Targets[0].LeaseID
+		c := e.h1Client()
+		const n = 20
+		for range n {
+			res, _ := get(t, c, "http://app.example.test/p?q=1&r=2", "")
+			if res.StatusCode != http.StatusBadGateway {
+				t.Fatalf("h1Off=%v: status %d, want 502", h1Off, res.StatusCode)
+			}
+		}
+		lines := logs.FilterMessage("backend failure").All()
+		if len(lines) != 1 {
+			t.Fatalf("h1Off=%v: %d failure lines for %d failures within %s, want 1", h1Off, len(lines), n, failureLogEvery)
+		}
+		f := lines[0].ContextMap()
+		if f["host"] != "app.example.test" || f["lease"] != lease || f["target"] != dead || f["kind"] != "connect" ||
+			!strings.Contains(f["error"].(string), "connect") || lines[0].Level != zapcore.WarnLevel {
+			t.Errorf("h1Off=%v: failure line %v", h1Off, f)
+		}
+		// The gate opens again after failureLogEvery (moved back here rather than waited
+		// for): the next line counts the failures it held back.
+		b := e.srv.tables.Load().Lookup("app.example.test").Backends[0]
+		b.State.LoggedAt.Add(-int64(failureLogEvery))
+		get(t, c, "http://app.example.test/", "")
+		lines = logs.FilterMessage("backend failure").All()
+		if len(lines) != 2 || lines[1].ContextMap()["unlogged"] != int64(n-1) {
+			t.Errorf("h1Off=%v: after the gate reopened: %d lines, last %v; want 2, unlogged %d", h1Off, len(lines), lines[len(lines)-1].ContextMap(), n-1)
+		}
+		waitFor(t, "access lines", func() bool { return access.Len() >= n+1 })
+		a := access.All()[0].ContextMap()
+		if a["status"] != int64(502) || a["query"] != "q=1&r=2" || a["path"] != "/p" || a["lease"] != lease ||
+			a["target"] != dead || !strings.HasPrefix(a["client"].(string), "127.0.0.1:") || !strings.Contains(a["error"].(string), "connect") {
+			t.Errorf("h1Off=%v: access line %v", h1Off, a)
+		}
+	}
+}
+
+// TestHandshakeFailuresAreLogged: a refused TLS handshake is said at debug level, with
+// the client's address and the SNI asked for.
+func TestHandshakeFailuresAreLogged(t *testing.T) {
+	var logs, access *observer.ObservedLogs
+	e := newEnv(t, withLogs(&logs, &access))
+	be := backend(t, echoInfo())
+	e.apply([]routeSpec{{host: "a.example.test", tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{be}}},
+		certSpec{"c", []string{"a.example.test"}})
+	if c, err := tls.Dial("tcp", e.https, &tls.Config{ServerName: "nobody.example.test", InsecureSkipVerify: true}); err == nil {
+		c.Close()
+		t.Fatal("handshake for an unknown name succeeded")
+	}
+	waitFor(t, "handshake failure line", func() bool { return logs.FilterMessage("TLS handshake failed").Len() == 1 })
+	f := logs.FilterMessage("TLS handshake failed").All()[0]
+	if f.Level != zapcore.DebugLevel || f.ContextMap()["sni"] != "nobody.example.test" ||
+		!strings.HasPrefix(f.ContextMap()["client"].(string), "127.0.0.1:") {
+		t.Errorf("handshake failure line %v at %v", f.ContextMap(), f.Level)
+	}
+}
