@@ -24,21 +24,20 @@ import (
 type outcome uint8
 
 const (
-	outcomeOK               outcome = iota
-	outcomeConnect                  // dial failed or timed out: 502, counted "connect"
-	outcomeTimeout                  // no response header in time: 504, counted "request"
-	outcomeRequest                  // reset or malformed response: 502, counted "request"
-	outcomeHandshake                // WebSocket upgrade broken or refused without response: 502, "handshake"
-	outcomeClientGone               // the client went away: nothing to answer, not a backend failure
-	outcomeClientBody               // reading the client's request body failed: 400, not a backend failure
-	outcomeBodyTimeout              // the request body stalled (Config.ClientBodyTimeout): 408, not a backend failure
-	outcomeClientStalled            // the client left or stopped taking its response (Config.ClientSendTimeout) mid-body: cut, recorded as 499, not a backend failure
-	outcomeNoTable                  // no route table applied yet: 503 with Retry-After
-	outcomeUnknownHost              // Host matches no route: 404
-	outcomeMethodNotAllowed         // CONNECT: this is not a forward proxy
-	outcomeUnavailable              // shutting down (no new tunnels): 503
-	outcomeBadRequest               // a malformed or ambiguous request head: 400, then the connection closes
-	outcomeMisdirected              // TLS: the connection's certificate does not cover the request's host: 421
+	outcomeConnect          outcome = iota // dial failed or timed out: 502, counted "connect"
+	outcomeTimeout                         // no response header in time: 504, counted "request"
+	outcomeRequest                         // reset or malformed response: 502, counted "request"
+	outcomeHandshake                       // WebSocket upgrade broken or refused without response: 502, "handshake"
+	outcomeClientGone                      // the client went away: nothing to answer, not a backend failure
+	outcomeClientBody                      // reading the client's request body failed: 400, not a backend failure
+	outcomeBodyTimeout                     // the request body stalled (Config.ClientBodyTimeout): 408, not a backend failure
+	outcomeClientStalled                   // the client left or stopped taking its response (Config.ClientSendTimeout) mid-body: cut, recorded as 499, not a backend failure
+	outcomeNoTable                         // no route table applied yet: 503 with Retry-After
+	outcomeUnknownHost                     // Host matches no route: 404
+	outcomeMethodNotAllowed                // CONNECT: this is not a forward proxy
+	outcomeUnavailable                     // shutting down (no new tunnels): 503
+	outcomeBadRequest                      // a malformed or ambiguous request head: 400, then the connection closes
+	outcomeMisdirected                     // TLS: the connection's certificate does not cover the request's host: 421
 )
 
 // status returns the HTTP status answered for o (0 for outcomes that answer nothing).

@@ -558,3 +558,33 @@ func TestChunkScannerAgainstNetHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestHopByHopOneSet: the fast path's field classifier and the net/http path's hopHeaders
+// name the same hop-by-hop set, so that both paths forward the same fields. (Trailer
+// stays on fast-path responses: their chunked bodies, trailers included, pass through
+// verbatim.)
+func TestHopByHopOneSet(t *testing.T) {
+	for _, name := range hopHeaders {
+		for _, n := range []string{name, strings.ToLower(name), strings.ToUpper(name)} {
+			if k := requestFieldKind([]byte(n)); k == fkOther {
+				t.Errorf("request field %s is hop-by-hop for net/http's path, forwarded by the fast path", n)
+			}
+			if k := responseFieldKind([]byte(n)); k == fkOther && !strings.EqualFold(n, "Trailer") {
+				t.Errorf("response field %s is hop-by-hop for net/http's path, relayed by the fast path", n)
+			}
+		}
+	}
+	// Every field the fast path drops or handles specially is in the set, or is one of
+	// the fields it handles for a reason of its own.
+	own := []string{"Host", "Content-Length", "Expect", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host",
+		"Forwarded", "X-Real-Ip", "Date", "Alt-Svc"}
+	for _, n := range []string{"Host", "Content-Length", "Expect", "X-Forwarded-For", "X-Forwarded-Proto",
+		"X-Forwarded-Host", "Forwarded", "X-Real-Ip", "Date", "Alt-Svc", "Accept", "Cookie", "Set-Cookie", "Trailer",
+		"Keep-Alive", "Upgrade", "Te", "Proxy-Connection"} {
+		inSet := slices.ContainsFunc(hopHeaders[:], func(h string) bool { return strings.EqualFold(h, n) })
+		special := requestFieldKind([]byte(n)) != fkOther || responseFieldKind([]byte(n)) != fkOther
+		if special && !inSet && !slices.Contains(own, n) {
+			t.Errorf("%s is handled specially by the fast path but is not in hopHeaders", n)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"unsafe"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Shared, never-modified header values (assigning them avoids a slice per request).
@@ -61,7 +63,9 @@ func removeHopByHop(h http.Header) (teTrailers bool) {
 	return teTrailers
 }
 
-// hasToken reports whether the comma-separated list v contains tok (ASCII case-insensitive).
+// hasToken reports whether the comma-separated list v contains tok (ASCII
+// case-insensitive), ignoring parameters (TE: trailers;q=1), which
+// httpguts.HeaderValuesContainsToken does not.
 func hasToken(v, tok string) bool {
 	for v != "" {
 		var t string
@@ -76,20 +80,11 @@ func hasToken(v, tok string) bool {
 	return false
 }
 
-func headerHasToken(h http.Header, key, tok string) bool {
-	for _, v := range h[key] {
-		if hasToken(v, tok) {
-			return true
-		}
-	}
-	return false
-}
-
 // isWebSocketUpgrade reports an HTTP/1.1 WebSocket upgrade request (RFC 6455 4.1).
 func isWebSocketUpgrade(r *http.Request) bool {
 	return r.ProtoMajor == 1 && r.Method == http.MethodGet &&
-		headerHasToken(r.Header, "Connection", "upgrade") &&
-		headerHasToken(r.Header, "Upgrade", "websocket")
+		httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade") &&
+		httpguts.HeaderValuesContainsToken(r.Header["Upgrade"], "websocket")
 }
 
 // forwardedFor is what the forwarding headers state about one request.

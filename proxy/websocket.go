@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -93,7 +95,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 		bc.Close()
 		return
 	}
-	if !headerHasToken(res.Header, "Upgrade", "websocket") {
+	if !httpguts.HeaderValuesContainsToken(res.Header["Upgrade"], "websocket") {
 		bc.Close()
 		rs.err = errNoUpgrade
 		s.failed(outcomeHandshake, e, b, errNoUpgrade)

@@ -119,7 +119,8 @@ func (r *relayConn) read() (relay.Envelope, bool) {
 		if err != nil {
 			return relay.Envelope{}, false
 		}
-		if env, err := relay.DecodeEnvelope(b); err == nil {
+		var env relay.Envelope
+		if json.Unmarshal(b, &env) == nil {
 			return env, true
 		}
 	}

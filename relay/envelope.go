@@ -44,16 +44,11 @@ type Retry struct {
 	Reason    string  `json:"reason"`
 }
 
-// DecodeEnvelope reads one text frame as an envelope. Keys beyond the envelope's are
-// ignored; the bodies are returned raw, for their handlers to judge. The error joins every
-// violation (errors.Join), each naming its JSON path and never quoting the frame. Even on
-// error the returned envelope holds what could be read (method, correlation), so that a
-// request with a usable correlation id can be answered.
-func DecodeEnvelope(frame []byte) (Envelope, error) {
-	env, e := decodeEnvelope(frame)
-	return env, e.Err()
-}
-
+// decodeEnvelope reads one text frame as an envelope. Keys beyond the envelope's are
+// ignored; the bodies are returned raw, for their handlers to judge. The errors name
+// every violation with its JSON path and never quote the frame. Even with violations the
+// returned envelope holds what could be read (method, correlation), so that a request
+// with a usable correlation id can be answered.
 func decodeEnvelope(frame []byte) (Envelope, *jsonx.Errors) {
 	var env Envelope
 	e := &jsonx.Errors{}

@@ -62,17 +62,12 @@ func (p Page) MarshalJSON() ([]byte, error) {
 // MaxRangeDays bounds a query's range: fromDayUtc to toDayUtc spans at most 366 days.
 const MaxRangeDays = 366
 
-// ParseQuery reads an untrusted request body under the exact-schema rule and returns the
-// query with every violation it finds (nil when there is none). It cannot judge whether
-// a non-empty cursor was issued for the range: Registry.Query and QueryRaw do that.
-// Days before 1970-01-01 are valid and clamp to it (they hold no entries).
-func ParseQuery(raw json.RawMessage) (Query, []string) {
-	q, e, _ := parseQuery(raw)
-	return q, e.List()
-}
-
-// parseQuery also reports whether the range itself was readable and in order, so that
-// QueryRaw can judge the cursor alongside other violations.
+// parseQuery reads an untrusted request body under the exact-schema rule and returns the
+// query with every violation it finds. It cannot judge whether a non-empty cursor was
+// issued for the range: Registry.Query and QueryRaw do that. Days before 1970-01-01 are
+// valid and clamp to it (they hold no entries). It also reports whether the range itself
+// was readable and in order, so that QueryRaw can judge the cursor alongside other
+// violations.
 func parseQuery(raw json.RawMessage) (Query, *jsonx.Errors, bool) {
 	var q Query
 	e := new(jsonx.Errors)
