@@ -156,7 +156,7 @@ func (c *clientConn) handshake() error {
 	if st.NegotiatedProtocol == "h2" {
 		c.setProto(stats.ProtoHTTP2)
 	}
-	if t := c.s.tables.Load(); t != nil {
+	if t := c.s.tables.Load(); t != nil && !c.s.extraProto(st.NegotiatedProtocol) {
 		if e := t.Lookup(st.ServerName); e != nil && c.counted.CompareAndSwap(false, true) {
 			e.Stats.Connection()
 		}

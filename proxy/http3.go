@@ -153,6 +153,9 @@ func (s *Server) setHTTP3Conn(pc net.PacketConn) {
 	if ua, ok := pc.LocalAddr().(*net.UDPAddr); ok {
 		port = ua.Port
 	}
+	if s.cfg.PublicHTTPSPort > 0 {
+		port = s.cfg.PublicHTTPSPort
+	}
 	s.h3.altSvc = []string{`h3=":` + strconv.Itoa(port) + `"; ma=` + strconv.Itoa(altSvcMaxAge)}
 }
 

@@ -109,6 +109,10 @@ type Config struct {
 	// HTTPSAddr. false, the zero value, serves no HTTP/3 (contract §8's --http3 defaults
 	// to true: the command line passes it).
 	HTTP3 bool
+	// PublicHTTPSPort is the port clients reach HTTPSAddr at when it differs from the bound
+	// one (a container's published port, a NAT or load balancer in front): Alt-Svc
+	// announces it for HTTP/3 and redirects to https name it. 0 means the bound port.
+	PublicHTTPSPort int
 }
 
 const (
@@ -296,6 +300,12 @@ func (s *Server) Listen() error {
 		}
 		if ap, perr := netip.ParseAddrPort(httpsLn.Addr().String()); perr == nil && ap.Port() != 443 {
 			s.httpsPort = ":" + strconv.Itoa(int(ap.Port()))
+		}
+		if p := s.cfg.PublicHTTPSPort; p > 0 {
+			s.httpsPort = ""
+			if p != 443 {
+				s.httpsPort = ":" + strconv.Itoa(p)
+			}
 		}
 	}
 	if httpLn != nil {

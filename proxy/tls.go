@@ -6,16 +6,42 @@ import (
 )
 
 // newTLSConfig returns the listener's TLS configuration: TLS 1.2 or newer, ALPN h2 and
-// http/1.1, session tickets on (the default), certificates chosen per handshake from the
-// table current at that moment. A connection keeps the certificate it was handshaken with
-// across later table swaps.
+// http/1.1 (then Config.NextProtos), session tickets on (the default), certificates chosen
+// per handshake from the table current at that moment. A connection keeps the certificate
+// it was handshaken with across later table swaps.
 func (s *Server) newTLSConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		CipherSuites:   tls12Suites,
-		NextProtos:     []string{"h2", "http/1.1"},
+		NextProtos:     append([]string{"h2", "http/1.1"}, s.cfg.NextProtos...),
 		GetCertificate: s.getCertificate,
 	}
+}
+
+// extraProto reports whether p is one of Config.NextProtos (a connection that negotiated
+// it is closed after its handshake).
+func (s *Server) extraProto(p string) bool {
+	for _, x := range s.cfg.NextProtos {
+		if p == x {
+			return true
+		}
+	}
+	return false
+}
+
+// onlyExtraProtos reports whether a hello offers ALPN protocols and all of them are
+// Config.NextProtos: such a hello (an ACME TLS-ALPN-01 validation) is Config.GetCertificate's
+// alone, whatever certificate the table has for the name.
+func (s *Server) onlyExtraProtos(hello *tls.ClientHelloInfo) bool {
+	if len(s.cfg.NextProtos) == 0 || len(hello.SupportedProtos) == 0 {
+		return false
+	}
+	for _, p := range hello.SupportedProtos {
+		if !s.extraProto(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // tls12Suites are the TLS 1.2 suites offered: forward-secret key exchange and AEAD
@@ -78,6 +104,9 @@ func (s *Server) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 
 // pickCertificate is getCertificate's choice, for TCP and QUIC alike.
 func (s *Server) pickCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if s.cfg.GetCertificate != nil && s.onlyExtraProtos(hello) {
+		return s.cfg.GetCertificate(hello)
+	}
 	if hello.ServerName != "" {
 		if cert := s.tables.Load().GetCertificate(hello.ServerName); cert != nil {
 			return s.stapler.staple(cert), nil
