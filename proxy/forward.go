@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/serve-zone/ingress/routetable"
 )
 
 // outbound is everything one forwarded request needs beyond the inbound request, in one
@@ -152,50 +150,39 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 			defer body.progress.finish()
 		}
 	}
-	var (
-		tried uint64
-		b     *routetable.Backend
-		res   *http.Response
-		last  = outcomeConnect
-	)
+	walk := newWalk(s, e)
+	var res *http.Response
 	for {
-		i := pick(e.Backends, tried)
-		if i < 0 {
-			s.answer(w, rs, last)
+		b := walk.next()
+		if b == nil {
+			s.answer(w, rs, walk.last)
 			return
 		}
-		tried |= 1 << i
-		b = e.Backends[i]
 		o.url.Host = b.Addr
-		b.State.InFlight.Add(1)
+		rs.backend = b
 		var err error
 		res, err = s.rt.RoundTrip(&o.req)
 		if err == nil {
-			markUp(b)
+			walk.took()
 			break
 		}
-		b.State.InFlight.Add(-1)
-		last = classify(err, r, body)
-		if last == outcomeConnect {
-			markDown(b)
-		}
-		rs.backend, rs.err = b, err
-		s.failed(last, e, b, err)
-		if last == outcomeConnect && (body == nil || !body.started.Load()) {
+		rs.err = err
+		oc := classify(err, r, body)
+		if walk.missed(oc, err, body == nil || !body.started.Load()) {
 			continue
 		}
-		if last == outcomeClientGone {
+		if oc == outcomeClientGone {
 			// Nothing to say, and never net/http's default 200 for a handler that wrote
 			// nothing: should the client still listen, its connection or stream ends.
 			rs.abort = true
 		} else {
-			s.answer(w, rs, last)
+			s.answer(w, rs, oc)
 		}
 		return
 	}
-	rs.backend = b
+	rs.err = nil
 	s.relayBody(w, r, res, rs, body)
-	b.State.InFlight.Add(-1)
+	walk.done()
 	if body != nil && !rs.h1 {
 		rs.in += body.n.Load()
 	}

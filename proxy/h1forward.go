@@ -14,8 +14,6 @@ import (
 	"time"
 	"unsafe"
 
-	"go.uber.org/zap"
-
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -162,38 +160,29 @@ func (c *h1Conn) appendCommon(b []byte, hasDate bool) []byte {
 func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte) (status int, abort bool) {
 	s := c.s
 	c.buildRequest(w, body)
-	var tried uint64
-	last := outcomeConnect
+	walk := newWalk(s, e)
 	for {
-		i := pick(e.Backends, tried)
-		if i < 0 {
-			return c.answer(w, last), false
+		b := walk.next()
+		if b == nil {
+			return c.answer(w, walk.last), false
 		}
-		tried |= 1 << i
-		b := e.Backends[i]
-		b.State.InFlight.Add(1)
-		uc, err := c.exchange(w, b.Addr)
 		c.backend = b
+		uc, err := c.exchange(w, b.Addr)
 		if err == nil {
-			markUp(b)
+			walk.took()
 			status, abort = c.relay(w, uc, e)
-			b.State.InFlight.Add(-1)
+			walk.done()
 			return status, abort
 		}
-		b.State.InFlight.Add(-1)
 		c.err = err
-		last = classifyUpstream(err)
-		if last == outcomeConnect {
-			markDown(b)
+		o := classifyUpstream(err)
+		if walk.missed(o, err, true) { // the body is in memory: nothing was consumed
+			continue
 		}
-		s.failed(last, e, b, err)
-		switch last {
-		case outcomeConnect:
-		case outcomeClientGone:
+		if o == outcomeClientGone {
 			return 0, true
-		default:
-			return c.answer(w, last), false
 		}
+		return c.answer(w, o), false
 	}
 }
 
@@ -671,36 +660,18 @@ func (u *upstream) putBack(uc *upConn, keep bool, now time.Time) {
 	uc.close()
 }
 
+// logAccess writes the request's access-log line. The strings are copies: the bytes are
+// the connection's buffer, which the next request overwrites, and a core may keep fields
+// past the call.
 func (c *h1Conn) logAccess(req *h1Req, e *routetable.Entry, status int, in, out int64) {
 	host := string(req.host)
 	if e != nil {
 		host = e.Hostname
 	}
 	path, query, _ := bytes.Cut(req.target(), []byte{'?'})
-	var lease, target, errText string
-	if b := c.backend; b != nil {
-		lease, target = b.LeaseID, b.Addr
-	}
-	if c.err != nil {
-		errText = c.err.Error()
-	}
-	c.s.accessLog.Info("request",
-		zap.String("host", host),
-		// Copies: the bytes are the connection's buffer, which the next request
-		// overwrites, and a core may keep fields past this call.
-		zap.String("method", string(req.method())),
-		zap.String("path", string(path)),
-		zap.String("query", string(query)),
-		zap.Int("status", statusForTotals(status)),
-		zap.Int64("bytesIn", in),
-		zap.Int64("bytesOut", out),
-		zap.Duration("duration", time.Since(c.now)),
-		zap.String("client", c.cc.RemoteAddr().String()),
-		zap.String("lease", lease),
-		zap.String("target", target),
-		zap.String("proto", stats.ProtoHTTP1.String()),
-		zap.String("error", errText),
-	)
+	c.s.logAccess(&accessRecord{host: host, method: string(req.method()), path: string(path), query: string(query),
+		status: status, in: in, out: out, start: c.now, client: c.cc.RemoteAddr().String(),
+		backend: c.backend, proto: stats.ProtoHTTP1, err: c.err})
 }
 
 // The Date header value, formatted once per second.

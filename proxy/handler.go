@@ -6,8 +6,6 @@ import (
 	"time"
 	"unsafe"
 
-	"go.uber.org/zap"
-
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -227,7 +225,8 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		rs.in, rs.out = in, out
 	}
 	if s.accessLog != nil {
-		s.logAccess(r, rs)
+		a := accessOf(r, rs)
+		s.logAccess(&a)
 	}
 }
 
@@ -242,31 +241,13 @@ func statusForTotals(st int) int {
 	return st
 }
 
-func (s *Server) logAccess(r *http.Request, rs *reqState) {
+// accessOf is r's access-log record.
+func accessOf(r *http.Request, rs *reqState) accessRecord {
 	host := r.Host // unknown hosts are logged as asked (zap escapes the value)
 	if rs.entry != nil {
 		host = rs.entry.Hostname
 	}
-	var lease, target, errText string
-	if b := rs.backend; b != nil {
-		lease, target = b.LeaseID, b.Addr
-	}
-	if rs.err != nil {
-		errText = rs.err.Error()
-	}
-	s.accessLog.Info("request",
-		zap.String("host", host),
-		zap.String("method", r.Method),
-		zap.String("path", r.URL.Path),
-		zap.String("query", r.URL.RawQuery),
-		zap.Int("status", statusForTotals(rs.status)),
-		zap.Int64("bytesIn", rs.in),
-		zap.Int64("bytesOut", rs.out),
-		zap.Duration("duration", time.Since(rs.start)),
-		zap.String("client", r.RemoteAddr),
-		zap.String("lease", lease),
-		zap.String("target", target),
-		zap.String("proto", rs.proto.String()),
-		zap.String("error", errText),
-	)
+	return accessRecord{host: host, method: r.Method, path: r.URL.Path, query: r.URL.RawQuery,
+		status: rs.status, in: rs.in, out: rs.out, start: rs.start, client: r.RemoteAddr,
+		backend: rs.backend, proto: rs.proto, err: rs.err}
 }

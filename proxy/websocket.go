@@ -39,35 +39,33 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 	e := rs.entry
 	o := s.newOutbound(r, rs, true)
 
+	walk := newWalk(s, e)
 	var (
-		tried uint64
-		b     *routetable.Backend
-		bc    net.Conn
+		b  *routetable.Backend
+		bc net.Conn
 	)
 	for {
-		i := pick(e.Backends, tried)
-		if i < 0 {
-			s.answer(w, rs, outcomeConnect)
+		b = walk.next()
+		if b == nil {
+			s.answer(w, rs, walk.last)
 			return
 		}
-		tried |= 1 << i
-		b = e.Backends[i]
+		rs.backend = b
 		var err error
 		bc, err = s.dialer.DialContext(r.Context(), "tcp", b.Addr)
 		if err == nil {
-			markUp(b)
+			walk.took()
 			break
 		}
+		rs.err = err
 		if r.Context().Err() != nil {
+			walk.missed(outcomeClientGone, err, false)
 			return // the client went away
 		}
-		markDown(b)
-		rs.backend, rs.err = b, err
-		s.failed(outcomeConnect, e, b, err)
+		walk.missed(outcomeConnect, err, true)
 	}
-	b.State.InFlight.Add(1)
-	defer b.State.InFlight.Add(-1)
-	rs.backend, rs.err = b, nil
+	defer walk.done()
+	rs.err = nil
 	o.url.Host = b.Addr
 
 	// The handshake: bounded by ResponseHeaderTimeout and by the client's presence.
