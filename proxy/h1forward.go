@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -267,22 +266,7 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	b = append(b, c.ip...)
 	b = append(b, "\r\nForwarded: "...)
 	b = appendPrior(b, req, fkForwarded, priorFwd)
-	b = append(b, "for="...)
-	if strings.IndexByte(c.ip, ':') >= 0 {
-		b = append(b, `"[`...)
-		b = append(b, c.ip...)
-		b = append(b, `]"`...)
-	} else {
-		b = append(b, c.ip...)
-	}
-	b = append(b, ";host="...)
-	if isToken(req.host) {
-		b = append(b, req.host...)
-	} else {
-		b = appendQuoted(b, req.host)
-	}
-	b = append(b, ";proto="...)
-	b = append(b, proto...)
+	b = appendForwardedElement(b, c.ip, req.host, c.secure)
 	b = append(b, "\r\n"...)
 	if !hasXFP {
 		b = append(b, "X-Forwarded-Proto: "...)

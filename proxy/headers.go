@@ -123,6 +123,13 @@ func (s *Server) isTrusted(ip string) bool {
 	return false
 }
 
+// The forwarding-field policy, the same on every path (setForwarded here for
+// http.Header, buildRequest in h1forward.go for the fast path's bytes; the differential
+// tests hold them together): from an untrusted client, X-Forwarded-For, -Proto, -Host,
+// Forwarded and X-Real-Ip are dropped and the ingress's own written; from a trusted proxy
+// (--trusted-proxies), X-Forwarded-For and Forwarded are extended with this hop, and its
+// X-Forwarded-Proto, -Host and X-Real-Ip kept (written by us when absent).
+//
 // setForwarded writes X-Forwarded-For/-Proto/-Host and Forwarded (RFC 7239) into h.
 // From an untrusted client every such header it sent is replaced (and X-Real-Ip dropped);
 // from a trusted proxy the lists are extended and its Proto/Host kept. o holds the
@@ -165,21 +172,36 @@ func setForwarded(h http.Header, f forwardedFor, o *outbound) {
 	h["X-Forwarded-Host"] = o.xfh[:]
 }
 
-// forwardedElement builds `for=…;host=…;proto=…`, quoting IPv6 and non-token hosts.
+// forwardedElement builds `for=…;host=…;proto=…` (appendForwardedElement) in one
+// allocation.
 func forwardedElement(f forwardedFor) string {
-	forv := f.clientIP
-	if strings.IndexByte(forv, ':') >= 0 {
-		forv = `"[` + forv + `]"`
+	n := len("for=;host=;proto=https") + len(f.clientIP) + 4 + len(f.host) + 2 + strings.Count(f.host, `"`) + strings.Count(f.host, `\`)
+	b := appendForwardedElement(make([]byte, 0, n), f.clientIP, f.host, f.https)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// appendForwardedElement appends one RFC 7239 element for a request, the one spelling
+// of it on every path: `for=` the client's address (an IPv6 one quoted in brackets),
+// `host=` the Host as received (quoted unless it is a token), `proto=` http or https.
+func appendForwardedElement[T string | []byte](b []byte, ip string, host T, https bool) []byte {
+	b = append(b, "for="...)
+	if strings.IndexByte(ip, ':') >= 0 {
+		b = append(b, `"[`...)
+		b = append(b, ip...)
+		b = append(b, `]"`...)
+	} else {
+		b = append(b, ip...)
 	}
-	host := f.host
-	if !isToken(host) {
-		host = quote(host)
+	b = append(b, ";host="...)
+	if isToken(host) {
+		b = append(b, host...)
+	} else {
+		b = appendQuoted(b, host)
 	}
-	proto := "http"
-	if f.https {
-		proto = "https"
+	if https {
+		return append(b, ";proto=https"...)
 	}
-	return "for=" + forv + ";host=" + host + ";proto=" + proto
+	return append(b, ";proto=http"...)
 }
 
 // isToken reports whether s is a non-empty RFC 9110 token.
