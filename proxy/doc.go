@@ -2,7 +2,9 @@
 // (HTTP/1.1, HTTP/2 over TLS, prior-knowledge h2c), HTTP/3 over QUIC (http3.go), routing
 // by Host/:authority/SNI through the current route table, forwarding to targets with
 // passive health, WebSocket tunnels, per-hostname byte accounting (contract §5), OCSP
-// stapling (ocsp.go) and graceful stop.
+// stapling (ocsp.go) and graceful stop. ACME reaches it only through three Config hooks
+// (GetCertificate, NextProtos, HTTPChallenge; challenge.go): the acme package answers the
+// challenges on these listeners and serves the certificates it obtains.
 //
 // # Hot paths
 //

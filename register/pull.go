@@ -32,6 +32,18 @@ func (s *Session) noteRevision(rev int64) {
 
 func (s *Session) wants(rev int64) bool { return s.cfg.Tables.WantsRevision(rev) }
 
+// RequestPull asks for one pull of the newest route table now, whatever revisions the
+// session knows of (the ingress calls it on SIGHUP). It never blocks: requests made
+// while one is pending coalesce, and one made while the session is not registered is
+// served right after the next acceptance. The answer is applied under the usual rules
+// (a table that is not newer is ignored).
+func (s *Session) RequestPull() {
+	select {
+	case s.askReq <- struct{}{}:
+	default:
+	}
+}
+
 // handleHint answers pushClusterIngressRouteTableChanged at once. A hint that arrives
 // before the registration is accepted is remembered: the pull request waits in pullReq
 // until the puller runs.
@@ -76,6 +88,8 @@ func (s *Session) pullLoop(ctx context.Context, peer *relay.Peer) {
 			}
 		case <-tick:
 			s.pull(ctx, peer, "periodic")
+		case <-s.askReq:
+			s.pull(ctx, peer, "requested")
 		}
 	}
 }

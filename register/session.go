@@ -75,6 +75,9 @@ type Session struct {
 	hintMu  sync.Mutex
 	hinted  int64 // highest hinted revision not yet pulled for, -1 for none
 	pullReq chan struct{}
+	// askReq carries RequestPull's requests (an operator's SIGHUP): a pull whatever the
+	// revisions known.
+	askReq chan struct{}
 }
 
 // New returns a session; nothing runs until Run.
@@ -103,7 +106,7 @@ func New(cfg Config) *Session {
 	} else {
 		cfg.Relay.Redact = scrub
 	}
-	s := &Session{cfg: cfg, log: cfg.Logger, scrub: scrub, hinted: -1, pullReq: make(chan struct{}, 1)}
+	s := &Session{cfg: cfg, log: cfg.Logger, scrub: scrub, hinted: -1, pullReq: make(chan struct{}, 1), askReq: make(chan struct{}, 1)}
 	s.m = newMetrics(s)
 	return s
 }

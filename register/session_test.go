@@ -457,3 +457,30 @@ func TestHintBeforeAcceptanceIsActedOnAfter(t *testing.T) {
 		t.Fatal("pulled before the registration was accepted")
 	}
 }
+
+// TestRequestPullPullsWithoutAHint: RequestPull (SIGHUP) pulls at once, without a hint and
+// whatever the revisions known; a request made before the acceptance is served after it.
+func TestRequestPullPullsWithoutAHint(t *testing.T) {
+	h := newHarness(t, func(s *relaysim.Server) {
+		s.SetTable(table(3), 3)
+		s.RefuseRegistrations("not-ready", 1000, 1)
+	}, repull(time.Hour), recordWaits())
+	h.session.RequestPull() // before any acceptance
+	h.waitApplied(3)
+	h.waitCalls(MethodGetRouteTable, 1)
+
+	// A newer table the relay announces to nobody: only the request brings it in.
+	h.sim.SetTable(table(4), 4)
+	h.session.RequestPull()
+	h.waitApplied(4)
+	if got := string(h.calls(MethodGetRouteTable)[len(h.calls(MethodGetRouteTable))-1].Request); got != `{"knownRevision":3}` {
+		t.Fatalf("requested pull %s", got)
+	}
+	// Nothing newer: the request still pulls, and the answer is ignored.
+	n := len(h.calls(MethodGetRouteTable))
+	h.session.RequestPull()
+	h.waitCalls(MethodGetRouteTable, n+1)
+	if rev, _ := h.store.Applied(); rev != 4 {
+		t.Fatalf("applied %d, want 4", rev)
+	}
+}

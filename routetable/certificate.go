@@ -15,9 +15,18 @@ import (
 
 // parseCertificate judges one IClusterIngressCertificate's PEM fields and returns the
 // ready-to-serve key pair (nil when any of its rules failed) and a warning for a leaf
-// outside its validity window. Messages are fixed sentences: the parsers' own error texts
-// are never passed on, so no byte of a key can reach a log.
-func parseCertificate(c *Certificate, path string, now time.Time, e *jsonx.Errors) (*tls.Certificate, string) {
+// outside its validity window (expired) or close to its end. Messages are fixed
+// sentences: the parsers' own error texts are never passed on, so no byte of a key can
+// reach a log. Violations of PEM read from a file name the file's member
+// (certificateFile, privateKeyFile).
+func parseCertificate(c *Certificate, path string, now time.Time, e *jsonx.Errors) (kp *tls.Certificate, warning string, expired bool) {
+	certPath, keyPath := path+".certificatePem", path+".privateKeyPem"
+	if c.CertificateFile != "" {
+		certPath = path + ".certificateFile"
+	}
+	if c.PrivateKeyFile != "" {
+		keyPath = path + ".privateKeyFile"
+	}
 	var (
 		chain [][]byte
 		leaf  *x509.Certificate
@@ -31,13 +40,13 @@ func parseCertificate(c *Certificate, path string, now time.Time, e *jsonx.Error
 			break
 		}
 		if b.Type != "CERTIFICATE" {
-			e.Addf(path+".certificatePem", "block %d must be a PEM CERTIFICATE block", n)
+			e.Addf(certPath, "block %d must be a PEM CERTIFICATE block", n)
 			ok = false
 			continue
 		}
 		x, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
-			e.Addf(path+".certificatePem", "block %d is not a parsable X.509 certificate", n)
+			e.Addf(certPath, "block %d is not a parsable X.509 certificate", n)
 			ok = false
 			continue
 		}
@@ -47,21 +56,22 @@ func parseCertificate(c *Certificate, path string, now time.Time, e *jsonx.Error
 		chain = append(chain, b.Bytes)
 	}
 	if len(chain) == 0 && ok {
-		e.Addf(path+".certificatePem", "must hold PEM CERTIFICATE blocks, the leaf first, then its chain")
+		e.Addf(certPath, "must hold PEM CERTIFICATE blocks, the leaf first, then its chain")
 		ok = false
 	}
 
-	key := parsePrivateKey(c.PrivateKeyPEM, path+".privateKeyPem", e)
+	key := parsePrivateKey(c.PrivateKeyPEM, keyPath, e)
 	if key == nil || leaf == nil || !ok {
-		return nil, ""
+		return nil, "", false
 	}
 	pub, isEq := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
 	if !isEq || !pub.Equal(key.Public()) {
-		e.Addf(path+".privateKeyPem", "does not match the leaf certificate's public key")
-		return nil, ""
+		e.Addf(keyPath, "does not match the leaf certificate's public key")
+		return nil, "", false
 	}
-	kp := &tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: leaf}
-	return kp, expiryWarning(path, c.ID, leaf.NotBefore, leaf.NotAfter, now)
+	kp = &tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: leaf}
+	warning, expired = expiryWarning(path, c.ID, leaf.NotBefore, leaf.NotAfter, now)
+	return kp, warning, expired
 }
 
 // parsePrivateKey reads one PKCS#1, PKCS#8 or SEC 1 private key (an "EC PARAMETERS"

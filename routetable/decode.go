@@ -3,8 +3,11 @@ package routetable
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
 )
@@ -40,17 +43,49 @@ var (
 // key, extra key and wrongly typed value is reported with its JSON path. It judges the
 // shape only; [Validate] (which Store.Apply runs) judges the rules of contract §6. The
 // error is an *Error with CodeInvalid whose Revision is the table's when that much
-// decoded, else -1. data is not retained.
-func Decode(data []byte, mode Mode) (*Table, error) {
+// decoded, else -1; text that is not JSON is one violation naming the line and column
+// where it stops being JSON. data is not retained. A standalone file that names
+// certificate files is read with [DecodeFile].
+func Decode(data []byte, mode Mode) (*Table, error) { return decode(data, mode, nil) }
+
+// decode is Decode; with fr, certificates may name PEM files, which fr reads.
+func decode(data []byte, mode Mode, fr *fileReader) (*Table, error) {
 	if !json.Valid(data) {
-		return nil, newInvalid(-1, []string{"the route table is not valid JSON"})
+		return nil, newInvalid(-1, []string{syntaxViolation(data)})
 	}
 	var e jsonx.Errors
-	t, rev := decodeTable(data, "", mode, &e)
+	t, rev := decodeTable(data, "", mode, fr, &e)
 	if e.Len() > 0 {
 		return nil, newInvalid(rev, withRuleViolations(t, mode, e.List()))
 	}
 	return t, nil
+}
+
+// syntaxViolation says where and why data (which json.Valid refused) is not JSON: the
+// line and column (1-based; columns count characters) of the first byte that cannot be
+// part of a JSON text, or of the end of the text when it ends too early.
+func syntaxViolation(data []byte) string {
+	var se *json.SyntaxError
+	if err := json.Unmarshal(data, new(json.RawMessage)); !errors.As(err, &se) {
+		return "the route table is not valid JSON"
+	}
+	pos := int(se.Offset) - 1 // Offset counts the offending byte
+	if se.Offset >= int64(len(data)) && strings.HasPrefix(se.Error(), "unexpected end") {
+		pos = len(data)
+	}
+	pos = max(0, min(pos, len(data)))
+	line, col := lineColumn(data, pos)
+	return fmt.Sprintf("line %d, column %d: the route table is not valid JSON: %s", line, col, se.Error())
+}
+
+// lineColumn returns the 1-based line and column of data[pos].
+func lineColumn(data []byte, pos int) (line, col int) {
+	before := data[:pos]
+	line = 1 + bytes.Count(before, []byte{'\n'})
+	if i := bytes.LastIndexByte(before, '\n'); i >= 0 {
+		before = before[i+1:]
+	}
+	return line, 1 + utf8.RuneCount(before)
 }
 
 // withRuleViolations adds to the shape violations of a table that failed to decode the
@@ -79,13 +114,17 @@ func withRuleViolations(t *Table, mode Mode, shape []string) []string {
 	return out
 }
 
-// violationPath is the JSON path a violation starts with.
+// violationPath is the JSON path a violation starts with. A certificate's file member
+// and its PEM member name the same thing (a file that could not be read leaves its PEM
+// empty), so they share one path here.
 func violationPath(v string) string {
 	if i := strings.IndexByte(v, ' '); i > 0 {
-		return v[:i]
+		v = v[:i]
 	}
-	return v
+	return fileMemberAsPEM.Replace(v)
 }
+
+var fileMemberAsPEM = strings.NewReplacer(".certificateFile", ".certificatePem", ".privateKeyFile", ".privateKeyPem")
 
 // DecodeRaw is Decode for a table embedded in a larger body (the relay's
 // `{ "table": ... }` answer), reporting violations below path into e. It returns nil
@@ -97,7 +136,7 @@ func DecodeRaw(raw json.RawMessage, path string, mode Mode, e *jsonx.Errors) *Ta
 		e.Addf("", "%s must be an object", pathName(path))
 		return nil
 	}
-	t, _ := decodeTable(raw, path, mode, e)
+	t, _ := decodeTable(raw, path, mode, nil, e)
 	if e.Len() > before {
 		return nil
 	}
@@ -106,7 +145,7 @@ func DecodeRaw(raw json.RawMessage, path string, mode Mode, e *jsonx.Errors) *Ta
 
 // decodeTable reads valid JSON text. It also returns the revision when it decoded (-1
 // otherwise), so that a refusal can name the revision it refuses.
-func decodeTable(raw []byte, path string, mode Mode, e *jsonx.Errors) (*Table, int64) {
+func decodeTable(raw []byte, path string, mode Mode, fr *fileReader, e *jsonx.Errors) (*Table, int64) {
 	// One copy of the text: every plain string of the table is a substring of it.
 	doc := string(bytes.TrimSpace(raw))
 	m := object(doc, path, e, tableKeys)
@@ -139,7 +178,7 @@ func decodeTable(raw []byte, path string, mode Mode, e *jsonx.Errors) (*Table, i
 		if a, ok := array(v, p, e); ok {
 			t.Certificates = make([]Certificate, len(a))
 			for i, c := range a {
-				decodeCertificate(c, jsonx.Index(p, i), e, &t.Certificates[i])
+				decodeCertificate(c, jsonx.Index(p, i), fr, e, &t.Certificates[i])
 			}
 		}
 	}
@@ -229,18 +268,63 @@ func decodeRouteTLS(raw, path string, mode Mode, e *jsonx.Errors) *RouteTLS {
 	return t
 }
 
-func decodeCertificate(raw, path string, e *jsonx.Errors, c *Certificate) {
-	m := object(raw, path, e, certificateKeys)
+// certificateSources are the two ways a standalone file gives each half of a key pair.
+var certificateSources = [2][2]string{{"certificatePem", "certificateFile"}, {"privateKeyPem", "privateKeyFile"}}
+
+// decodeCertificate reads one certificate. With fr (a standalone file), each of the
+// certificate and the key may be given as a file name instead (certificateFile,
+// privateKeyFile), which fr reads; giving both forms of one is a violation.
+func decodeCertificate(raw, path string, fr *fileReader, e *jsonx.Errors, c *Certificate) {
+	keys := certificateKeys
+	fromFile := [2]bool{}
+	if fr != nil && len(raw) > 0 && raw[0] == '{' {
+		fs := members(raw)
+		keys = []string{"id"}
+		for i, src := range certificateSources {
+			_, hasPEM := get(fs, src[0])
+			_, hasFile := get(fs, src[1])
+			switch {
+			case hasPEM && hasFile:
+				e.Addf(path, "must give %s or %s, not both", src[0], src[1])
+				keys = append(keys, src[0], src[1])
+			case hasFile:
+				keys = append(keys, src[1])
+				fromFile[i] = true
+			default:
+				keys = append(keys, src[0])
+			}
+		}
+	}
+	m := object(raw, path, e, keys)
 	if m == nil {
 		return
 	}
 	if v, ok := get(m, "id"); ok {
 		c.ID = str(v, path, "id", e)
 	}
-	if v, ok := get(m, "certificatePem"); ok {
+	if fromFile[0] {
+		c.CertificateFile, c.CertificatePEM = readFileField(m, "certificateFile", path, fr, e)
+	} else if v, ok := get(m, "certificatePem"); ok {
 		c.CertificatePEM = str(v, path, "certificatePem", e)
 	}
-	if v, ok := get(m, "privateKeyPem"); ok {
+	if fromFile[1] {
+		c.PrivateKeyFile, c.PrivateKeyPEM = readFileField(m, "privateKeyFile", path, fr, e)
+	} else if v, ok := get(m, "privateKeyPem"); ok {
 		c.PrivateKeyPEM = str(v, path, "privateKeyPem", e)
 	}
+}
+
+// readFileField reads the file that the string member key of m names; it returns the
+// resolved name and the content.
+func readFileField(m []field, key, path string, fr *fileReader, e *jsonx.Errors) (file, content string) {
+	v, ok := get(m, key)
+	if !ok {
+		return "", ""
+	}
+	before := e.Len()
+	name := str(v, path, key, e)
+	if e.Len() > before {
+		return "", ""
+	}
+	return fr.read(name, jsonx.Join(path, key), e)
 }

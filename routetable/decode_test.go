@@ -113,7 +113,15 @@ func TestDecodeSchemaViolations(t *testing.T) {
 		json string
 		want []string
 	}{
-		{"not json", ModeRelay, `{`, []string{"the route table is not valid JSON"}},
+		{"not json", ModeRelay, `{`, []string{"line 1, column 2: the route table is not valid JSON: unexpected end of JSON input"}},
+		{"trailing comma", ModeStandalone, "{\n  \"revision\": 1,\n  \"routes\": [],\n}",
+			[]string{"line 4, column 1: the route table is not valid JSON: invalid character '}' looking for beginning of object key string"}},
+		{"column counts characters", ModeStandalone, "{\"revision\": 1, \"x\": \"äöü\" \"routes\": []}",
+			[]string{"line 1, column 28: the route table is not valid JSON: invalid character '\"' after object key:value pair"}},
+		{"empty", ModeStandalone, ``, []string{"line 1, column 1: the route table is not valid JSON: unexpected end of JSON input"}},
+		{"file keys outside DecodeFile", ModeStandalone,
+			`{"revision":1,"routes":[],"certificates":[{"id":"c","certificateFile":"a.pem","privateKeyPem":"k"}]}`,
+			[]string{"certificates[0].certificatePem is missing", "certificates[0].certificateFile is not allowed"}},
 		{"not an object", ModeRelay, `[]`, []string{"the value must be an object"}},
 		{"missing keys", ModeRelay, `{}`, []string{"revision is missing", "routes is missing", "certificates is missing"}},
 		{"extra key", ModeRelay, `{"revision":1,"routes":[],"certificates":[],"x":1}`, []string{"x is not allowed"}},

@@ -57,7 +57,7 @@ func (s *Store) LoadState() error {
 		var re *Error
 		if errors.As(err, &re) && re.Code == CodeInvalid {
 			s.log.Warn("last-known-good route table ignored", zap.String("path", path),
-				zap.Int64("revision", re.Revision), zap.Strings("violations", re.Violations))
+				revisionField(re.Revision), zap.Strings("violations", re.Violations))
 		} else {
 			s.log.Warn("last-known-good route table ignored", zap.String("path", path), zap.Error(err))
 		}

@@ -35,6 +35,10 @@ type StoreOptions struct {
 	// relay may echo the registration bearer there. The ingress passes the bearer's
 	// scrubber (env.Bearer.Scrubber); nil leaves them as they are.
 	Redact func(string) string
+	// Check, if set, judges a table that passed every rule of the contract against what
+	// this ingress can serve (an ACME route needs a state directory, say); what it returns
+	// are violations like any other: the table is refused whole.
+	Check func(*Table) []string
 }
 
 // Store holds the current compiled table. Load is the only call on the request path: one
@@ -50,6 +54,7 @@ type Store struct {
 	mode     Mode
 	now      func() time.Time
 	redact   func(string) string
+	check    func(*Table) []string
 
 	applied         atomic.Int64 // revision serving, -1 for none
 	routes          atomic.Int64
@@ -73,6 +78,7 @@ func NewStore(opts StoreOptions) *Store {
 		mode:     opts.Mode,
 		now:      opts.Now,
 		redact:   opts.Redact,
+		check:    opts.Check,
 		states:   map[targetID]*TargetState{},
 	}
 	if s.log == nil {
@@ -193,12 +199,18 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 		}
 	}
 	v := validate(t, s.mode, s.now())
+	if len(v.violations) == 0 && s.check != nil {
+		v.violations = s.check(t)
+	}
 	if len(v.violations) > 0 {
 		err := s.redacted(newInvalid(revisionOf(t), v.violations))
 		if !fromState {
 			s.refuseLocked(err)
 		}
 		return err
+	}
+	if s.mode == ModeStandalone {
+		sortStandalone(t) // a person's file may come in any order (standalone.go)
 	}
 	c, next := compile(t, v.certs, s.states, s.reg)
 	c.Warnings = s.redactAll(v.warnings)
@@ -230,10 +242,10 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 func (s *Store) refuseLocked(err *Error) {
 	s.refusals.Add(1)
 	s.log.Error("route table refused",
-		zap.Int64("revision", err.Revision),
+		revisionField(err.Revision),
 		zap.Int("violations", len(err.Violations)))
 	for _, v := range err.Violations {
-		s.log.Warn("route table violation", zap.Int64("revision", err.Revision), zap.String("violation", v))
+		s.log.Warn("route table violation", revisionField(err.Revision), zap.String("violation", v))
 	}
 	if err.Revision < 0 {
 		return
@@ -248,4 +260,13 @@ func (s *Store) refuseLocked(err *Error) {
 	if err.Revision > s.maxRefused.Load() {
 		s.maxRefused.Store(err.Revision)
 	}
+}
+
+// revisionField logs a table's revision, or nothing when it is unknown (a text that is not
+// JSON, a revision that did not decode).
+func revisionField(rev int64) zap.Field {
+	if rev < 0 {
+		return zap.Skip()
+	}
+	return zap.Int64("revision", rev)
 }

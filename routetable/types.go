@@ -34,10 +34,18 @@ type Target struct {
 
 // Certificate is one IClusterIngressCertificate. PrivateKeyPEM is a secret: String and
 // GoString never print it.
+//
+// In a standalone file (DecodeFile) the PEM may instead come from files named by
+// certificateFile and privateKeyFile; CertificateFile and PrivateKeyFile then hold those
+// names resolved against the file's directory, and the PEM fields what the files held.
+// They are never part of the wire schema (relay tables, the persisted table).
 type Certificate struct {
 	ID             string `json:"id"`
 	CertificatePEM string `json:"certificatePem"`
 	PrivateKeyPEM  string `json:"privateKeyPem"`
+
+	CertificateFile string `json:"-"`
+	PrivateKeyFile  string `json:"-"`
 }
 
 // String names the certificate without its key (and without an id that is not a valid

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
@@ -25,10 +26,19 @@ type validated struct {
 	expired    int
 }
 
+// ExpiryWarningWindow is how close to its end a leaf's validity is reported as a warning.
+const ExpiryWarningWindow = 14 * 24 * time.Hour
+
 // Validate judges every rule of contract §6 (and §7 for ModeStandalone) and returns all
 // violations at once as an *Error with CodeInvalid, each naming its JSON path. warnings
-// lists what is served but reported, such as an expired certificate. It never mutates t
-// and is safe to call concurrently on a table nobody mutates. A nil table is invalid.
+// lists what is served but reported: a certificate that expired, is not valid yet or
+// expires within ExpiryWarningWindow. It never mutates t and is safe to call concurrently
+// on a table nobody mutates. A nil table is invalid.
+//
+// In ModeStandalone the order of routes, targets and certificates is free (the Store
+// sorts them when it applies the table); a repeated hostname, target or certificate id is
+// still a violation, naming the entry it repeats. ModeRelay keeps contract §6's strict
+// order.
 func Validate(t *Table, mode Mode) (warnings []string, err error) {
 	v := validate(t, mode, time.Now())
 	if len(v.violations) > 0 {
@@ -61,20 +71,27 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 	}
 	v.certs = make(map[string]*tls.Certificate, len(t.Certificates))
 	index := make(map[string]int, len(t.Certificates)) // id -> first position
+	standalone := mode == ModeStandalone
 	for i := range t.Certificates {
 		c := &t.Certificates[i]
 		p := jsonx.Index("certificates", i)
+		first, dup := index[c.ID]
 		if !jsonx.IsID(c.ID) {
 			e.Addf(p+".id", msgID)
-		} else if _, dup := index[c.ID]; !dup {
+		} else if !dup {
 			index[c.ID] = i
 		}
-		if i > 0 && c.ID <= t.Certificates[i-1].ID {
+		switch {
+		case standalone && dup:
+			e.Addf(p+".id", "repeats certificates[%d].id %q (each id once)", first, c.ID)
+		case !standalone && i > 0 && c.ID <= t.Certificates[i-1].ID:
 			e.Addf(p+".id", "must sort strictly after certificates[%d].id (byte order, no duplicates)", i-1)
 		}
-		kp, w := parseCertificate(c, p, now, e)
+		kp, w, expired := parseCertificate(c, p, now, e)
 		if w != "" {
 			v.warnings = append(v.warnings, w)
+		}
+		if expired {
 			v.expired++
 		}
 		if kp != nil && jsonx.IsID(c.ID) {
@@ -88,6 +105,10 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 	if n := len(t.Routes); n > MaxRoutes {
 		e.Addf("routes", "must hold at most %d routes (it holds %d)", MaxRoutes, n)
 	}
+	var hosts map[string]int // standalone: hostname -> first position
+	if standalone {
+		hosts = make(map[string]int, len(t.Routes))
+	}
 	for i := range t.Routes {
 		r := &t.Routes[i]
 		p := jsonx.Index("routes", i)
@@ -95,10 +116,16 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 		if !okHost {
 			e.Addf(p+".hostname", msgHostname)
 		}
-		if i > 0 && r.Hostname <= t.Routes[i-1].Hostname {
+		if standalone {
+			if first, dup := hosts[r.Hostname]; dup && okHost {
+				e.Addf(p+".hostname", "repeats routes[%d].hostname %q (one route per hostname)", first, r.Hostname)
+			} else if !dup {
+				hosts[r.Hostname] = i
+			}
+		} else if i > 0 && r.Hostname <= t.Routes[i-1].Hostname {
 			e.Addf(p+".hostname", "must sort strictly after routes[%d].hostname (byte order, no duplicates)", i-1)
 		}
-		validateTargets(r.Targets, p+".targets", e)
+		validateTargets(r.Targets, p+".targets", standalone, e)
 		if r.TLS == nil {
 			continue
 		}
@@ -109,10 +136,14 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 		case r.TLS.ACME && r.TLS.CertificateID != "":
 			e.Addf(tp, "must name either certificateId or acme, not both")
 		case r.TLS.ACME:
-			// Valid by the contract, but this version obtains no certificate yet: say so
-			// rather than let handshakes for the name fail without a word.
-			v.warnings = append(v.warnings, tp+".acme: automatic HTTPS is not available in this version yet; "+
-				"TLS handshakes for "+r.Hostname+" fail until it is (plain HTTP is served unless redirectHttp is true)")
+			// The acme package obtains it. A wildcard is valid by the contract, but only
+			// the DNS-01 challenge can prove one, and the ingress answers HTTP-01 and
+			// TLS-ALPN-01 only: say so rather than let handshakes fail without a word.
+			if strings.HasPrefix(r.Hostname, "*.") {
+				v.warnings = append(v.warnings, tp+".acme: a wildcard certificate needs the DNS-01 challenge, "+
+					"which this ingress does not answer; none is requested and TLS handshakes for "+r.Hostname+
+					" fail (plain HTTP is served unless redirectHttp is true)")
+			}
 		case !jsonx.IsID(r.TLS.CertificateID):
 			e.Addf(tp+".certificateId", msgID)
 		default:
@@ -140,7 +171,8 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 	return v
 }
 
-func validateTargets(ts []Target, path string, e *jsonx.Errors) {
+// validateTargets judges one route's targets. standalone: any order, no repeats.
+func validateTargets(ts []Target, path string, standalone bool, e *jsonx.Errors) {
 	if n := len(ts); n < 1 || n > MaxTargetsPerRoute {
 		e.Addf(path, "must hold 1 to %d targets (it holds %d)", MaxTargetsPerRoute, n)
 	}
@@ -156,23 +188,45 @@ func validateTargets(ts []Target, path string, e *jsonx.Errors) {
 		if tg.Port < 1 || tg.Port > 65535 {
 			e.Addf(p+".port", "must be an integer from 1 to 65535")
 		}
-		if j > 0 && compareTargets(tg, &ts[j-1]) <= 0 {
+		if standalone {
+			for k := range j { // at most 64 targets: no map needed
+				if ts[k].Address == tg.Address && ts[k].Port == tg.Port {
+					e.Addf(p, "repeats %s[%d] (the same address and port)", path, k)
+					break
+				}
+			}
+		} else if j > 0 && compareTargets(tg, &ts[j-1]) <= 0 {
 			e.Addf(p, "must sort strictly after %s[%d] (address as a string, then port as a number; no duplicates)", path, j-1)
 		}
 	}
 }
 
-// expiryWarning describes a leaf outside its validity window; empty when it is valid.
-func expiryWarning(path string, id string, notBefore, notAfter, now time.Time) string {
+// expiryWarning describes a leaf outside its validity window (expired: true) or within
+// ExpiryWarningWindow of its end; empty when neither.
+func expiryWarning(path string, id string, notBefore, notAfter, now time.Time) (warning string, expired bool) {
 	switch {
 	case now.After(notAfter):
 		return fmt.Sprintf("%s (id %q): the leaf expired at %s; it is served anyway",
-			path, safeID(id), notAfter.UTC().Format(time.RFC3339))
+			path, safeID(id), notAfter.UTC().Format(time.RFC3339)), true
 	case now.Before(notBefore):
 		return fmt.Sprintf("%s (id %q): the leaf is not valid before %s; it is served anyway",
-			path, safeID(id), notBefore.UTC().Format(time.RFC3339))
+			path, safeID(id), notBefore.UTC().Format(time.RFC3339)), true
+	case notAfter.Sub(now) < ExpiryWarningWindow:
+		return fmt.Sprintf("%s (id %q): the leaf expires at %s, in %s; renew it",
+			path, safeID(id), notAfter.UTC().Format(time.RFC3339), roughly(notAfter.Sub(now))), false
 	}
-	return ""
+	return "", false
+}
+
+// roughly writes a duration of up to a few weeks for people: "3 days", "5h20m".
+func roughly(d time.Duration) string {
+	switch days := int(d / (24 * time.Hour)); {
+	case days >= 2:
+		return strconv.Itoa(days) + " days"
+	case days == 1:
+		return "1 day"
+	}
+	return d.Round(time.Minute).String()
 }
 
 // safeID echoes an id only when it is a valid Id, which key material never is.

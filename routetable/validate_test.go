@@ -394,8 +394,9 @@ func TestDecodeReportsRulesBesideShapeViolations(t *testing.T) {
 	}
 }
 
-// TestACMERouteIsWarnedAbout: an ACME route is valid in standalone mode, and until this
-// version obtains certificates the operator is told so.
+// TestACMERouteIsWarnedAbout: an ACME route is valid in standalone mode without a word;
+// a wildcard one is valid too, but the operator is told that no certificate can be
+// requested for it (only DNS-01 proves a wildcard).
 func TestACMERouteIsWarnedAbout(t *testing.T) {
 	tb := validTable(t)
 	tb.Routes[2].TLS = &RouteTLS{ACME: true}
@@ -403,9 +404,17 @@ func TestACMERouteIsWarnedAbout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, ".acme") }) {
+		t.Errorf("an ACME route was warned about: %q", warnings)
+	}
+	tb.Routes[0].TLS = &RouteTLS{ACME: true} // *.example.test
+	warnings, err = Validate(tb, ModeStandalone)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !slices.ContainsFunc(warnings, func(w string) bool {
-		return strings.HasPrefix(w, "routes[2].tls.acme: automatic HTTPS is not available")
+		return strings.HasPrefix(w, "routes[0].tls.acme: a wildcard certificate needs the DNS-01 challenge")
 	}) {
-		t.Fatalf("no ACME warning in %q", warnings)
+		t.Fatalf("no wildcard ACME warning in %q", warnings)
 	}
 }

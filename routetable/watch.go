@@ -3,6 +3,7 @@ package routetable
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,15 +19,16 @@ import (
 // reads the file, so an editor's several writes become one reload.
 const DefaultDebounce = 150 * time.Millisecond
 
-// LoadFile reads and judges a standalone routes file (contract §7): the schema and every
-// rule, in ModeStandalone. The error lists every violation (an *Error with CodeInvalid),
-// or says why the file could not be read; it never contains key material.
+// LoadFile reads and judges a standalone routes file (contract §7) as FileSource does:
+// DecodeFile (certificate files resolved against the file's directory), then every rule
+// in ModeStandalone. The error lists every violation (an *Error with CodeInvalid), or
+// says why the file could not be read; it never contains key material.
 func LoadFile(path string) (*Table, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("routetable: read routes file: %w", err)
 	}
-	t, err := Decode(data, ModeStandalone)
+	t, _, err := DecodeFile(data, filepath.Dir(path))
 	if err != nil {
 		return nil, err
 	}
@@ -44,17 +46,24 @@ type FileSourceOptions struct {
 	// Debounce is the quiet time after a change event before the reload; zero or less
 	// means DefaultDebounce.
 	Debounce time.Duration
+	// Document, when not nil, is served instead of the file's content: the path is then
+	// neither read nor watched, it only anchors relative certificate file names (its
+	// directory) and names the source in messages. The certificate files the document
+	// names are still read and watched (`ingress proxy` serves its one route this way).
+	Document []byte
 }
 
 // FileSource feeds a Store (created with ModeStandalone) from a --routes file: once at
-// start (Load), then on every change of the file (Run, which watches its directory so that
-// editors and config managers that replace the file by rename are seen) and on Reload
-// (SIGHUP). Each reload is all or nothing: a file that fails to read or validate leaves the
-// serving table in place. A file whose content did not change is not applied again; one
-// whose content changed is applied even if its revision did not (Store.ApplyStandalone).
-// All methods are safe for concurrent use.
+// start (Load), then on every change of the file or of a certificate file it names (Run,
+// which watches their directories so that editors, config managers and Kubernetes volume
+// updates that replace files by rename are seen) and on Reload (SIGHUP). Each reload is
+// all or nothing: a file that fails to read or validate leaves the serving table in place.
+// A file whose content (certificate files included) did not change is not applied again;
+// one whose content changed is applied even if its revision did not
+// (Store.ApplyStandalone). All methods are safe for concurrent use.
 type FileSource struct {
 	path     string
+	doc      []byte // FileSourceOptions.Document
 	store    *Store
 	log      *zap.Logger
 	debounce time.Duration
@@ -65,12 +74,14 @@ type FileSource struct {
 	sum     [sha256.Size]byte
 	haveSum bool
 	lastErr string
+	files   []string // the certificate files the last load named
 }
 
 // NewFileSource returns a source for path; it reads nothing until Load or Run.
 func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSource {
 	f := &FileSource{
 		path:     filepath.Clean(path),
+		doc:      opts.Document,
 		store:    store,
 		log:      opts.Logger,
 		debounce: opts.Debounce,
@@ -103,23 +114,63 @@ func WatchFile(ctx context.Context, path string, store *Store, logger *zap.Logge
 func (f *FileSource) Load() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	data, err := os.ReadFile(f.path)
-	if err != nil {
-		return fmt.Errorf("routetable: read routes file: %w", err)
+	data := f.doc
+	if data == nil {
+		var err error
+		if data, err = os.ReadFile(f.path); err != nil {
+			return fmt.Errorf("routetable: read routes file: %w", err)
+		}
 	}
-	sum := sha256.Sum256(data)
+	var (
+		t   *Table
+		sum [sha256.Size]byte
+		err error
+	)
+	if f.store.Mode() == ModeStandalone {
+		var fr *fileReader
+		t, fr, err = decodeFile(data, filepath.Dir(f.path))
+		sum = fr.sum()
+		if len(fr.files) > 0 || err == nil || json.Valid(data) {
+			f.files = fr.files
+		}
+	} else {
+		sum = sha256.Sum256(data)
+		t, err = Decode(data, f.store.Mode())
+	}
 	if f.haveSum && sum == f.sum {
 		return nil
 	}
 	// Remember the content before judging it: a refused file is reported once, not on
 	// every event, until its content changes again.
 	f.sum, f.haveSum = sum, true
-	t, err := Decode(data, f.store.Mode())
 	if err != nil {
 		f.store.refuse(err.(*Error))
 		return err
 	}
 	return f.store.ApplyStandalone(t, true)
+}
+
+// watchList returns the files whose changes trigger a reload, by directory: the route
+// file (unless a Document stands in for it) and the certificate files of the last load.
+func (f *FileSource) watchList() map[string]map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]map[string]bool{}
+	add := func(p string) {
+		dir, base := filepath.Split(p)
+		dir = filepath.Clean(dir)
+		if out[dir] == nil {
+			out[dir] = map[string]bool{}
+		}
+		out[dir][base] = true
+	}
+	if f.doc == nil {
+		add(f.path)
+	}
+	for _, p := range f.files {
+		add(p)
+	}
+	return out
 }
 
 // Reload asks Run to read the file now. It never blocks; requests made while one is
@@ -143,17 +194,50 @@ func (f *FileSource) Run(ctx context.Context) error {
 		return fmt.Errorf("routetable: watch routes file: %w", err)
 	}
 	defer w.Close()
-	dir, base := filepath.Split(f.path)
-	if dir == "" {
-		dir = "."
+	if f.doc == nil {
+		dir := filepath.Dir(f.path)
+		if err := w.Add(dir); err != nil {
+			return fmt.Errorf("routetable: watch routes file: %w", err)
+		}
 	}
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("routetable: watch routes file: %w", err)
+	// Directories being watched, and the names in each that matter. A certificate file
+	// whose directory cannot be watched (yet) is tried again after every load.
+	watched := map[string]bool{}
+	if f.doc == nil {
+		watched[filepath.Dir(f.path)] = true
 	}
+	var names map[string]map[string]bool
+	unwatchable := map[string]string{}
+	rewatch := func() {
+		names = f.watchList()
+		for dir := range names {
+			if watched[dir] {
+				continue
+			}
+			if err := w.Add(dir); err != nil {
+				if unwatchable[dir] != err.Error() {
+					unwatchable[dir] = err.Error()
+					f.log.Warn("certificate file directory not watched: its changes need SIGHUP",
+						zap.String("dir", dir), zap.Error(err))
+				}
+				continue
+			}
+			delete(unwatchable, dir)
+			watched[dir] = true
+		}
+		for dir := range watched {
+			if names[dir] == nil && (f.doc != nil || dir != filepath.Dir(f.path)) {
+				_ = w.Remove(dir)
+				delete(watched, dir)
+			}
+		}
+	}
+	rewatch()
 	close(f.watching)
 	// A change made between the caller's Load and the watch above would otherwise go
 	// unseen until the next one; an unchanged file costs only its hash.
 	f.loadLogged()
+	rewatch()
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -166,9 +250,9 @@ func (f *FileSource) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			// The file itself, or a Kubernetes-style "..data" symlink swap beside it.
-			name := filepath.Base(ev.Name)
-			if name == base || strings.HasPrefix(name, "..") {
+			// A watched file itself, or a Kubernetes-style "..data" symlink swap beside it.
+			dir, name := filepath.Split(ev.Name)
+			if names[filepath.Clean(dir)][name] || strings.HasPrefix(name, "..") {
 				timer.Reset(f.debounce)
 			}
 		case err, ok := <-w.Errors:
@@ -178,8 +262,10 @@ func (f *FileSource) Run(ctx context.Context) error {
 			f.log.Warn("routes file watcher error", zap.Error(err))
 		case <-timer.C:
 			f.loadLogged()
+			rewatch()
 		case <-f.reload:
 			f.loadLogged()
+			rewatch()
 		}
 	}
 }

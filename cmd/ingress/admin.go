@@ -8,8 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminHandler serves /metrics, /healthz, /readyz and /v1/traffic-statistics.
-func adminHandler(reg *prometheus.Registry, ready func() bool, statistics http.Handler) http.Handler {
+// adminHandler serves /metrics, /healthz, /readyz and /v1/traffic-statistics. /readyz's
+// body adds explain's lines (where the ACME routes stand; nil: none) after its verdict.
+func adminHandler(reg *prometheus.Registry, ready func() bool, explain func() []string, statistics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -18,12 +19,17 @@ func adminHandler(reg *prometheus.Registry, ready func() bool, statistics http.H
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		body := "ready\n"
 		if !ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready: no route table applied or listeners not up\n"))
-			return
+			body = "not ready: no route table applied or listeners not up\n"
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		if explain != nil {
+			for _, l := range explain() {
+				body += l + "\n"
+			}
+		}
+		_, _ = w.Write([]byte(body))
 	})
 	mux.Handle("/v1/traffic-statistics", statistics)
 	return mux

@@ -41,8 +41,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	o.HTTPAddr, o.HTTPSAddr, o.AdminAddr = "127.0.0.1:8080", "127.0.0.1:8443", "127.0.0.1:9090"
 	o.LogFormat = "console"
 	fs := o.flagSet("ingress demo", stderr)
-	if err := fs.Parse(args); err != nil {
-		return configError{err}
+	if err := parseFlags(fs, "demo", args, nil); err != nil {
+		return err
 	}
 	if err := o.validate(); err != nil {
 		return configError{err}
@@ -61,11 +61,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer d.close()
 	if err := d.waitReady(ctx, 10*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return d.wait() // stopped (Ctrl-C) before it was ready: still a graceful stop
+		}
 		return err
 	}
 	d.printHelp(stdout)
-	err = <-d.done
-	return err
+	return d.wait()
 }
 
 // demo is a running demo: relay, backends and ingress.
@@ -73,13 +75,21 @@ type demo struct {
 	relay    *relaysim.Server
 	backends []*http.Server
 	in       *instance
-	done     chan error
+	done     chan struct{} // closed when the ingress's run has returned
+	runErr   error         // what it returned; read after done
 	cancel   context.CancelFunc
+}
+
+// wait waits until the ingress has stopped and returns what its run returned; it may be
+// called any number of times.
+func (d *demo) wait() error {
+	<-d.done
+	return d.runErr
 }
 
 // startDemo starts everything; the ingress runs until ctx ends or close is called.
 func startDemo(ctx context.Context, o options, log *zap.Logger) (*demo, error) {
-	d := &demo{done: make(chan error, 1)}
+	d := &demo{done: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -117,7 +127,10 @@ func startDemo(ctx context.Context, o options, log *zap.Logger) (*demo, error) {
 	d.in = in
 	rctx, cancel := context.WithCancel(ctx)
 	d.cancel = cancel
-	go func() { d.done <- in.run(rctx) }()
+	go func() {
+		defer close(d.done)
+		d.runErr = in.run(rctx)
+	}()
 	ok = true
 	return d, nil
 }
@@ -131,8 +144,8 @@ func (d *demo) waitReady(ctx context.Context, limit time.Duration) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-d.done:
-			return fmt.Errorf("demo: the ingress stopped: %v", err)
+		case <-d.done:
+			return fmt.Errorf("demo: the ingress stopped: %v", d.runErr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -140,12 +153,12 @@ func (d *demo) waitReady(ctx context.Context, limit time.Duration) error {
 }
 
 // close stops the ingress (waiting for its graceful stop), the relay and the backends.
+// It may be called after the ingress stopped on its own (Ctrl-C).
 func (d *demo) close() {
 	if d.cancel != nil {
 		d.cancel()
 		d.cancel = nil
-		err := <-d.done
-		d.done <- err // keep it for runDemo
+		_ = d.wait()
 	}
 	if d.relay != nil {
 		_ = d.relay.Close()

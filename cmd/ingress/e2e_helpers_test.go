@@ -73,6 +73,13 @@ func execIngress(t *testing.T, env []string, args ...string) *ingressProc {
 	bin := buildBinary(t)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	return startCollecting(t, cmd)
+}
+
+// startCollecting starts cmd and collects its stderr lines; the cleanup kills a process
+// still running.
+func startCollecting(t *testing.T, cmd *exec.Cmd) *ingressProc {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ type options struct {
 	HTTPAddr           string
 	HTTPSAddr          string
 	HTTP3              bool
+	PublicHTTPSPort    int
 	AdminAddr          string
 	StateDir           string
 	Routes             string
@@ -43,6 +44,9 @@ type options struct {
 	RetentionDays  int
 
 	CPUProfile string
+
+	// ACME are the --acme-* flags (acme.go).
+	ACME acmeOptions
 
 	// Derived by validate.
 	level    zapcore.Level
@@ -77,6 +81,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "plain HTTP listener (HTTP/1.1 and prior-knowledge h2c); empty disables it")
 	fs.StringVar(&o.HTTPSAddr, "https-addr", o.HTTPSAddr, "TLS listener (h2, http/1.1); empty disables it")
 	fs.BoolVar(&o.HTTP3, "http3", o.HTTP3, "also serve HTTP/3 on UDP at --https-addr")
+	fs.IntVar(&o.PublicHTTPSPort, "public-https-port", o.PublicHTTPSPort, "the port clients reach --https-addr at, when a port map, NAT or load balancer makes it differ from the bound one (docker run -p 8443:443 ...): announced in Alt-Svc for HTTP/3 (UDP) and used in redirects to https; 0 means the bound port")
 	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "admin listener: /metrics, /healthz, /readyz, /v1/traffic-statistics; empty disables it")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory keeping the last applied route table and the statistics across restarts")
 	fs.StringVar(&o.Routes, "routes", o.Routes, "standalone mode: serve the route table in this file instead of registering with a relay")
@@ -97,6 +102,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
+	o.acmeFlags(fs)
 	return fs
 }
 
@@ -159,6 +165,9 @@ func (o *options) validate() error {
 	positive("idle-timeout", o.IdleTimeout)
 	positive("client-body-timeout", o.ClientBodyTimeout)
 	positive("client-send-timeout", o.ClientSendTimeout)
+	if o.PublicHTTPSPort < 0 || o.PublicHTTPSPort > 65535 {
+		bad("--public-https-port must be from 1 to 65535 (0: the bound port), got %d", o.PublicHTTPSPort)
+	}
 	if o.MaxHeaderBytes < 4096 || o.MaxHeaderBytes > 16<<20 {
 		bad("--max-header-bytes must be from 4096 to 16777216, got %d", o.MaxHeaderBytes)
 	}
@@ -184,5 +193,6 @@ func (o *options) validate() error {
 	if o.Routes != "" && o.RelayCA != "" {
 		bad("--relay-ca has no use with --routes (standalone mode has no relay)")
 	}
+	o.validateACME(bad)
 	return errors.Join(errs...)
 }

@@ -10,14 +10,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
+	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/serve-zone/ingress/acme"
 	"github.com/serve-zone/ingress/env"
 	"github.com/serve-zone/ingress/proxy"
 	"github.com/serve-zone/ingress/register"
@@ -39,13 +39,10 @@ func capabilities(http3 bool) []string {
 func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) error {
 	o := defaultOptions()
 	fs := o.flagSet("ingress", stderr)
-	if err := fs.Parse(args); err != nil {
-		return configError{err}
+	if err := parseFlags(fs, "", args, lookup); err != nil {
+		return err
 	}
 	var problems []error
-	if fs.NArg() > 0 {
-		problems = append(problems, fmt.Errorf("unexpected arguments %q", fs.Args()))
-	}
 	if err := o.validate(); err != nil {
 		problems = append(problems, err)
 	}
@@ -68,9 +65,14 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	if o.Routes != "" {
 		// Judge the file now so that its violations join the other problems; the
 		// instance loads it again through its watcher.
-		if _, err := routetable.LoadFile(o.Routes); err != nil {
+		if t, err := routetable.LoadFile(o.Routes); err != nil {
 			problems = append(problems, fmt.Errorf("--routes %s refused:\n%w", o.Routes, err))
+		} else if v := acmeCheck(o)(t); len(v) > 0 {
+			problems = append(problems, fmt.Errorf("--routes %s refused:\n%s", o.Routes, strings.Join(v, "\n")))
 		}
+	}
+	if err := o.loadACMERoots(); err != nil {
+		problems = append(problems, err)
 	}
 	var stopProfile func()
 	if len(problems) == 0 {
@@ -113,6 +115,9 @@ type instanceDeps struct {
 	env      env.Config  // relay identity (relay mode) or just NodeID (standalone)
 	relayTLS *tls.Config // nil: system roots
 	log      *zap.Logger
+	// routesDoc, when set, is the standalone table `ingress proxy` serves (with o.Routes
+	// empty): loaded like a routes file, its certificate files watched.
+	routesDoc []byte
 }
 
 // instance is one running ingress: every component, wired, listeners bound.
@@ -128,10 +133,12 @@ type instance struct {
 
 	session *register.Session
 	watcher *routetable.FileSource
+	acme    *acme.Manager // standalone mode with a state directory (acme.go)
 }
 
-// newInstance builds and wires the components and binds every listener, so that a bind
-// error is reported before anything runs.
+// newInstance builds and wires the components and binds every listener, so that an
+// unusable state directory or a bind error is reported (exit 2) before anything runs or
+// any route table is applied.
 func newInstance(o options, d instanceDeps) (*instance, error) {
 	log := d.log
 	in := &instance{opts: o, log: log}
@@ -145,33 +152,26 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		StateDir:      o.StateDir,
 		Logger:        log.Named("stats"),
 	})
-	if o.StateDir != "" {
-		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
-			return nil, configError{fmt.Errorf("--state-dir: %w", err)}
-		}
+	if err := prepareStateDir(o.StateDir); err != nil {
+		return nil, configError{err}
 	}
 	if err := in.stats.Load(); err != nil {
 		log.Warn("statistics snapshot ignored", zap.Error(err))
 	}
 	mode := routetable.ModeRelay
-	if o.Routes != "" {
+	if o.Routes != "" || d.routesDoc != nil {
 		mode = routetable.ModeStandalone
 	}
 	// Tables come from the relay, which may echo the bearer into them: the store scrubs
 	// its violations and warnings (the session scrubs everything else the relay sends).
 	in.store = routetable.NewStore(routetable.StoreOptions{
 		Stats: in.stats, StateDir: o.StateDir, Logger: log.Named("routetable"), Mode: mode,
-		Redact: d.env.Bearer.Scrubber(),
+		Redact: d.env.Bearer.Scrubber(), Check: acmeCheck(o),
 	})
-	if o.Routes != "" {
-		in.watcher = routetable.NewFileSource(o.Routes, in.store, routetable.FileSourceOptions{Logger: log.Named("routes")})
-		if err := in.watcher.Load(); err != nil {
-			return nil, configError{fmt.Errorf("--routes %s refused:\n%w", o.Routes, err)}
-		}
-	} else if o.StateDir != "" {
-		// Serve the last known good routes before the relay answers.
-		if err := in.store.LoadState(); err != nil {
-			log.Warn("last known route table ignored", zap.Error(err))
+	if mode == routetable.ModeStandalone {
+		var err error
+		if in.acme, err = newACME(o, in.store, log); err != nil {
+			return nil, configError{err}
 		}
 	}
 
@@ -196,6 +196,10 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		ClientBodyTimeout:     o.ClientBodyTimeout,
 		ClientSendTimeout:     o.ClientSendTimeout,
 		AccessLog:             access,
+		PublicHTTPSPort:       o.PublicHTTPSPort,
+		GetCertificate:        in.acmeGetCertificate(),
+		NextProtos:            in.acmeNextProtos(),
+		HTTPChallenge:         in.acmeHTTPChallenge(),
 	})
 	if err != nil {
 		return nil, configError{err}
@@ -204,7 +208,10 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 
 	metrics := []prometheus.Collector{stats.NewCollector(in.stats, totals, stats.CollectorOptions{PerHost: o.MetricsPerHost})}
 	metrics = append(metrics, in.store.Collectors()...)
-	if o.Routes == "" {
+	if in.acme != nil {
+		metrics = append(metrics, in.acme.Collector())
+	}
+	if mode == routetable.ModeRelay {
 		ropts := relay.Options{TLSConfig: d.relayTLS, Logger: log.Named("relay")}
 		in.session = register.New(register.Config{
 			Env:          d.env,
@@ -223,22 +230,55 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	}
 
 	if err := in.proxy.Listen(); err != nil {
-		return nil, err
+		return nil, listenError(o, err)
 	}
 	if o.AdminAddr != "" {
 		ln, err := net.Listen("tcp", o.AdminAddr)
 		if err != nil {
 			_ = in.proxy.Shutdown(context.Background())
-			return nil, fmt.Errorf("admin listener: %w", err)
+			return nil, configError{fmt.Errorf("--admin-addr %s: cannot listen: %w%s", o.AdminAddr, err, listenHint(err))}
 		}
 		in.adminLn = ln
 		in.adminSrv = &http.Server{
-			Handler:           adminHandler(reg, in.ready, in.stats.Handler()),
+			Handler:           adminHandler(reg, in.ready, in.explain, in.stats.Handler()),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("admin")),
 		}
 	}
+
+	// Only now, with every listener bound, is a table applied.
+	if err := in.loadRoutes(o, d); err != nil {
+		_ = in.proxy.Shutdown(context.Background())
+		if in.adminLn != nil {
+			_ = in.adminLn.Close()
+		}
+		return nil, err
+	}
 	return in, nil
+}
+
+// loadRoutes applies the first table: the routes file (standalone) or `ingress proxy`'s
+// route, or the last known good table of the state directory (relay mode).
+func (in *instance) loadRoutes(o options, d instanceDeps) error {
+	switch {
+	case d.routesDoc != nil:
+		in.watcher = routetable.NewFileSource("", in.store, routetable.FileSourceOptions{
+			Logger: in.log.Named("routes"), Document: d.routesDoc})
+		if err := in.watcher.Load(); err != nil {
+			return configError{fmt.Errorf("the route refused:\n%w", err)}
+		}
+	case o.Routes != "":
+		in.watcher = routetable.NewFileSource(o.Routes, in.store, routetable.FileSourceOptions{Logger: in.log.Named("routes")})
+		if err := in.watcher.Load(); err != nil {
+			return configError{fmt.Errorf("--routes %s refused:\n%w", o.Routes, err)}
+		}
+	case o.StateDir != "":
+		// Serve the last known good routes before the relay answers.
+		if err := in.store.LoadState(); err != nil {
+			in.log.Warn("last known route table ignored", zap.Error(err))
+		}
+	}
+	return nil
 }
 
 // ready is /readyz: a table is applied and the listeners are up.
@@ -291,22 +331,23 @@ func (in *instance) run(ctx context.Context) error {
 	}
 	if in.watcher != nil {
 		goOwned("routes watcher", in.watcher.Run)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
+	}
+	if hup := hangups(ctx); hup != nil {
 		goOwned("SIGHUP", func(ctx context.Context) error {
-			defer signal.Stop(hup)
 			for {
 				select {
 				case <-ctx.Done():
 					return nil
 				case <-hup:
-					in.log.Info("SIGHUP: reloading the routes file")
-					in.watcher.Reload()
+					in.hangup()
 				}
 			}
 		})
 	}
 	http1, https := in.proxy.Addrs()
+	if in.acme != nil {
+		goOwned("acme", func(ctx context.Context) error { return in.acme.Run(ctx, http1, https) })
+	}
 	in.log.Info("ingress started", zap.String("version", version),
 		zap.Stringer("http", addrString{http1}), zap.Stringer("https", addrString{https}),
 		zap.Stringer("http3", addrString{in.proxy.HTTP3Addr()}),
@@ -332,6 +373,22 @@ func (in *instance) run(ctx context.Context) error {
 	wg.Wait() // the statistics' Run wrote its final snapshot on the way out
 	in.log.Info("stopped")
 	return runErr
+}
+
+// hangup is SIGHUP: re-read the routes file and its certificate files (standalone,
+// `ingress proxy`), or pull the route table from the relay now. It never stops anything.
+func (in *instance) hangup() {
+	switch {
+	case in.watcher != nil && in.opts.Routes != "":
+		in.log.Info("SIGHUP: reloading the routes file")
+		in.watcher.Reload()
+	case in.watcher != nil:
+		in.log.Info("SIGHUP: reloading the certificate files")
+		in.watcher.Reload()
+	case in.session != nil:
+		in.log.Info("SIGHUP: pulling the route table from the relay")
+		in.session.RequestPull()
+	}
 }
 
 type addrString struct{ a net.Addr }

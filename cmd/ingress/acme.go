@@ -1,0 +1,194 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/acme"
+	"github.com/serve-zone/ingress/routetable"
+)
+
+// Automatic HTTPS (contract §7): the --acme-* flags, what an ACME route needs from the
+// rest of the configuration, and the wiring of the acme package.
+
+// acmeOptions are the --acme-* settings.
+type acmeOptions struct {
+	CA         string
+	Email      string
+	CARoot     string
+	Agree      bool
+	Challenges string
+
+	roots      *x509.CertPool // derived by loadACMERoots
+	challenges []string       // derived by validateACME
+}
+
+// acmeStorageDir is where, under --state-dir, certmagic keeps certificates and the
+// account key.
+const acmeStorageDir = "acme"
+
+func (o *options) acmeFlags(fs *flag.FlagSet) {
+	a := &o.ACME
+	a.defaults()
+	fs.StringVar(&a.CA, "acme-ca", a.CA, "ACME directory URL the certificates of tls.acme routes come from (standalone mode)")
+	fs.StringVar(&a.Email, "acme-email", a.Email, "contact address of the ACME account (optional; the CA may send expiry notices there)")
+	fs.StringVar(&a.CARoot, "acme-ca-root", a.CARoot, "PEM file of CA certificates trusted for --acme-ca besides the system roots (a private CA)")
+	fs.BoolVar(&a.Agree, "acme-agree", a.Agree, "agree to the ACME CA's terms of service (required when its directory names terms, as Let's Encrypt's does)")
+	fs.StringVar(&a.Challenges, "acme-challenges", a.Challenges, "challenge types answered, comma-separated: http-01 (on --http-addr), tls-alpn-01 (on --https-addr)")
+}
+
+// defaults fills what was not set: Let's Encrypt, both challenge types.
+func (a *acmeOptions) defaults() {
+	if a.CA == "" {
+		a.CA = acme.DefaultCA
+	}
+	if a.Challenges == "" {
+		a.Challenges = acme.HTTP01 + "," + acme.TLSALPN01
+	}
+}
+
+// validateACME judges the --acme-* flags (without reading files).
+func (o *options) validateACME(bad func(string, ...any)) {
+	a := &o.ACME
+	a.defaults()
+	a.challenges = nil
+	for _, c := range strings.Split(a.Challenges, ",") {
+		switch c = strings.TrimSpace(c); c {
+		case acme.HTTP01, acme.TLSALPN01:
+			a.challenges = append(a.challenges, c)
+		case "":
+		default:
+			bad("--acme-challenges: %q is not a challenge type (http-01, tls-alpn-01)", c)
+		}
+	}
+	if len(a.challenges) == 0 {
+		bad("--acme-challenges names no challenge type (http-01, tls-alpn-01)")
+	}
+	if err := acme.CheckCA(a.CA); err != nil {
+		bad("--acme-ca: %s", strings.TrimPrefix(err.Error(), "acme: "))
+	}
+}
+
+// loadACMERoots reads --acme-ca-root into a pool with the system roots.
+func (o *options) loadACMERoots() error {
+	a := &o.ACME
+	a.roots = nil
+	if a.CARoot == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(a.CARoot)
+	if err != nil {
+		return fmt.Errorf("--acme-ca-root: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("--acme-ca-root %s holds no PEM certificate", a.CARoot)
+	}
+	a.roots = pool
+	return nil
+}
+
+// acmeCheck is the Store's extra rule (StoreOptions.Check): a table whose routes use
+// tls.acme is refused when this ingress cannot keep ACME certificates (no --state-dir),
+// cannot serve them (no --https-addr), or cannot answer any challenge. At start this
+// refuses the routes file (exit 2); later, an edit that adds such a route is refused and
+// the previous table keeps serving.
+func acmeCheck(o options) func(*routetable.Table) []string {
+	var missing []string
+	if o.StateDir == "" {
+		missing = append(missing, "--state-dir (where its certificate and the ACME account key are kept across restarts)")
+	}
+	if o.HTTPSAddr == "" {
+		missing = append(missing, "--https-addr (the TLS listener that serves its certificate)")
+	} else if o.HTTPAddr == "" && !contains(o.ACME.challenges, acme.TLSALPN01) {
+		missing = append(missing, "a challenge it can answer (--acme-challenges http-01 needs --http-addr)")
+	}
+	return func(t *routetable.Table) []string {
+		if len(missing) == 0 {
+			return nil
+		}
+		var v []string
+		for i, r := range t.Routes {
+			if r.TLS != nil && r.TLS.ACME {
+				v = append(v, fmt.Sprintf("routes[%d].tls.acme (%s): automatic HTTPS needs %s",
+					i, r.Hostname, strings.Join(missing, " and ")))
+			}
+		}
+		return v
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// newACME builds the ACME manager of a standalone instance: nil when there is no state
+// directory or TLS listener (acmeCheck then refuses every table with an ACME route).
+func newACME(o options, tables acme.TableSource, log *zap.Logger) (*acme.Manager, error) {
+	if o.StateDir == "" || o.HTTPSAddr == "" {
+		return nil, nil
+	}
+	return acme.New(tables, acme.Options{
+		CA:         o.ACME.CA,
+		Email:      o.ACME.Email,
+		Agreed:     o.ACME.Agree,
+		Roots:      o.ACME.roots,
+		Dir:        filepath.Join(o.StateDir, acmeStorageDir),
+		Challenges: o.ACME.challenges,
+		Logger:     log.Named("acme"),
+	})
+}
+
+// explain is the part of /readyz's body beyond ready/not ready: where the ACME routes
+// stand.
+func (in *instance) explain() []string {
+	if in.acme == nil {
+		return nil
+	}
+	return in.acme.Explain()
+}
+
+// acmeGetCertificate, acmeNextProtos and acmeHTTPChallenge are the proxy's hooks: nil
+// without an ACME manager.
+func (in *instance) acmeGetCertificate() func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if in.acme == nil {
+		return nil
+	}
+	return in.acme.GetCertificate
+}
+
+func (in *instance) acmeNextProtos() []string {
+	if in.acme == nil {
+		return nil
+	}
+	return []string{acme.ALPNProto}
+}
+
+func (in *instance) acmeHTTPChallenge() func(http.ResponseWriter, *http.Request) bool {
+	if in.acme == nil {
+		return nil
+	}
+	return in.acme.HandleHTTPChallenge
+}
+
+func init() {
+	for name, p := range map[string]string{"acme-ca": "URL", "acme-ca-root": "FILE", "acme-email": "ADDRESS", "acme-challenges": "TYPES"} {
+		placeholders[name] = p
+	}
+}

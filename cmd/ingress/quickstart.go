@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/env"
+	"github.com/serve-zone/ingress/routetable"
+)
+
+// quickStart is what `ingress proxy` serves: one route per --from hostname, all with the
+// same targets and, with --tls-cert and --tls-key, the same certificate.
+type quickStart struct {
+	from, to  listFlag
+	cert, key string
+	redirect  bool
+}
+
+// listFlag collects a repeated flag; a value may also list several, comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}
+
+// runProxy is `ingress proxy --from HOST --to ADDR [--to ADDR]... [--tls-cert FILE
+// --tls-key FILE]`: a standalone ingress whose table is built from the command line
+// instead of read from a file (its certificate files are read and watched the same way).
+func runProxy(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) error {
+	o := defaultOptions()
+	o.LogFormat = "console" // a person is watching; --log-format json for machines
+	fs := o.flagSet("ingress proxy", stderr)
+	var q quickStart
+	fs.Var(&q.from, "from", "the hostname to serve, a lowercase DNS name or *.name (repeat it, or separate by commas, for several)")
+	fs.Var(&q.to, "to", "a target: IPv4:port, localhost:port or :port (loopback); repeat it, or separate by commas, for several")
+	fs.StringVar(&q.cert, "tls-cert", "", "PEM certificate file (the leaf first, then its chain) covering every --from: serve TLS with it")
+	fs.StringVar(&q.key, "tls-key", "", "PEM private key file of --tls-cert (PKCS#1, PKCS#8 or SEC 1)")
+	fs.BoolVar(&q.redirect, "redirect-http", false, "with TLS: answer plain HTTP with a 308 redirect to https instead of serving it")
+	if err := parseFlags(fs, "proxy", args, lookup); err != nil {
+		return err
+	}
+	var problems []error
+	if err := o.validate(); err != nil {
+		problems = append(problems, err)
+	}
+	if o.Routes != "" {
+		problems = append(problems, errors.New("--routes has no use with ingress proxy, which builds its route from --from and --to (run ingress --routes FILE instead)"))
+	}
+	if o.RelayCA != "" || o.AllowInsecureRelay {
+		problems = append(problems, errors.New("--relay-ca and --allow-insecure-relay have no use with ingress proxy (it has no relay)"))
+	}
+	doc, err := q.document()
+	if err != nil {
+		problems = append(problems, err)
+	} else if err := checkQuickStart(doc); err != nil {
+		problems = append(problems, err)
+	}
+	var stopProfile func()
+	if len(problems) == 0 {
+		if stopProfile, err = startCPUProfile(o.CPUProfile); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		return configError{err}
+	}
+	defer stopProfile()
+	log := newLogger(o.LogFormat, o.level, stderr)
+	defer func() { _ = log.Sync() }()
+
+	var ec env.Config
+	if node, ok := lookup(env.VarNodeID); ok && env.IsID(node) {
+		ec.NodeID = node
+	}
+	in, err := newInstance(o, instanceDeps{env: ec, log: log, routesDoc: doc})
+	if err != nil {
+		return err
+	}
+	log.Info("quick start: one route from the command line",
+		zap.Strings("from", q.from), zap.Strings("to", q.to), zap.Bool("tls", q.cert != ""),
+		zap.Bool("redirectHttp", q.redirect && q.cert != ""))
+	return in.run(ctx)
+}
+
+// document builds the standalone table of the quick start, or says which flag is wrong.
+func (q *quickStart) document() ([]byte, error) {
+	var problems []error
+	if len(q.from) == 0 {
+		problems = append(problems, errors.New("--from is missing: name the hostname to serve, e.g. --from app.example.test"))
+	}
+	if len(q.to) == 0 {
+		problems = append(problems, errors.New("--to is missing: name a target, e.g. --to 127.0.0.1:3000"))
+	}
+	if (q.cert == "") != (q.key == "") {
+		problems = append(problems, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither"))
+	}
+	if q.redirect && q.cert == "" {
+		problems = append(problems, errors.New("--redirect-http needs --tls-cert and --tls-key: without TLS there is nothing to redirect to"))
+	}
+	type target struct {
+		LeaseID string `json:"leaseId"`
+		Address string `json:"address"`
+		Port    int    `json:"port"`
+	}
+	var targets []target
+	for i, to := range q.to {
+		addr, port, err := quickTarget(to)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		targets = append(targets, target{LeaseID: "target-" + strconv.Itoa(i+1), Address: addr, Port: port})
+	}
+	type routeTLS struct {
+		CertificateID string `json:"certificateId"`
+		RedirectHTTP  bool   `json:"redirectHttp"`
+	}
+	type route struct {
+		Hostname string    `json:"hostname"`
+		Targets  []target  `json:"targets"`
+		TLS      *routeTLS `json:"tls"`
+	}
+	type certificate struct {
+		ID              string `json:"id"`
+		CertificateFile string `json:"certificateFile"`
+		PrivateKeyFile  string `json:"privateKeyFile"`
+	}
+	doc := struct {
+		Revision     int64         `json:"revision"`
+		Routes       []route       `json:"routes"`
+		Certificates []certificate `json:"certificates"`
+	}{Revision: 1, Routes: []route{}, Certificates: []certificate{}}
+	var tlsOn *routeTLS
+	if q.cert != "" && q.key != "" {
+		cert, err1 := filepath.Abs(q.cert)
+		key, err2 := filepath.Abs(q.key)
+		if err := errors.Join(err1, err2); err != nil {
+			problems = append(problems, err)
+		}
+		doc.Certificates = append(doc.Certificates, certificate{ID: "quick-start", CertificateFile: cert, PrivateKeyFile: key})
+		tlsOn = &routeTLS{CertificateID: "quick-start", RedirectHTTP: q.redirect}
+	}
+	for _, from := range q.from {
+		host := strings.TrimSuffix(strings.ToLower(from), ".")
+		if !routetable.ValidHostname(host) {
+			problems = append(problems, fmt.Errorf("--from %q must be a DNS name such as app.example.test (letters, digits, '-', dots), or *.example.test", from))
+			continue
+		}
+		doc.Routes = append(doc.Routes, route{Hostname: host, Targets: targets, TLS: tlsOn})
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
+}
+
+// quickTarget reads one --to: IPv4:port, localhost:port, :port or a bare port (the last
+// three on 127.0.0.1). Names are not resolved: the route table holds addresses.
+func quickTarget(to string) (string, int, error) {
+	host, p, err := net.SplitHostPort(to)
+	if err != nil {
+		if _, nerr := strconv.Atoi(to); nerr != nil {
+			return "", 0, fmt.Errorf("--to %q must be address:port, such as 127.0.0.1:3000, localhost:3000 or :3000", to)
+		}
+		host, p = "", to
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("--to %q: the port must be a number from 1 to 65535", to)
+	}
+	if host == "" || host == "localhost" {
+		host = "127.0.0.1"
+	}
+	if !routetable.ValidTargetAddress(host) {
+		return "", 0, fmt.Errorf("--to %q: the address must be an IPv4 address such as 10.0.0.5 (names are not resolved; 0.0.0.0/8 and multicast are refused)", to)
+	}
+	return host, port, nil
+}
+
+// checkQuickStart judges the quick start's table as the instance will, so that a bad
+// certificate is reported with the other problems, in terms of the flags.
+func checkQuickStart(doc []byte) error {
+	t, _, err := routetable.DecodeFile(doc, ".")
+	if err == nil {
+		_, err = routetable.Validate(t, routetable.ModeStandalone)
+	}
+	var re *routetable.Error
+	if !errors.As(err, &re) {
+		return err
+	}
+	var problems []error
+	for _, v := range re.Violations {
+		problems = append(problems, errors.New(quickStartViolation(v)))
+	}
+	return errors.Join(problems...)
+}
+
+// quickStartRewrites turn a violation's JSON path into the flag behind it.
+var quickStartRewrites = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`^certificates\[0\]\.certificateFile`), "--tls-cert"},
+	{regexp.MustCompile(`^certificates\[0\]\.privateKeyFile`), "--tls-key"},
+	{regexp.MustCompile(`^certificates\[0\] \(id "quick-start"\)`), "--tls-cert"},
+	{regexp.MustCompile(`^routes\[\d+\]\.tls\.certificateId names certificates\[0\], whose leaf`), "--tls-cert: the certificate"},
+	{regexp.MustCompile(`^routes\[\d+\]\.targets\[\d+\] repeats routes\[\d+\]\.targets\[\d+\] \(the same address and port\)`), "--to: a target is given twice"},
+	{regexp.MustCompile(`^routes\[\d+\]\.hostname repeats routes\[\d+\]\.hostname`), "--from: a hostname is given twice:"},
+	{regexp.MustCompile(`^routes\[\d+\]\.targets`), "--to"},
+	{regexp.MustCompile(`^routes\[\d+\]\.hostname`), "--from"},
+}
+
+func quickStartViolation(v string) string {
+	for _, r := range quickStartRewrites {
+		if r.re.MatchString(v) {
+			return r.re.ReplaceAllLiteralString(v, r.with)
+		}
+	}
+	return v
+}
