@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,13 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	}
 	waitFor(t, "all requests in flight", func() bool { return started.Load() == n })
 	shut := shutdownInBackground(t, e, 10*time.Second)
-	time.Sleep(50 * time.Millisecond) // let Shutdown close the listeners first
+	waitFor(t, "the listeners closed by Shutdown", func() bool {
+		c, err := net.Dial("tcp", e.http)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	close(release)
 	wg.Wait()
 	waitShutdown(t, shut, 10*time.Second)

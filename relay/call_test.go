@@ -240,8 +240,10 @@ func TestOverallDeadlineIncludesRetryWaits(t *testing.T) {
 }
 
 func TestCallerContextAndClose(t *testing.T) {
+	entered := make(chan struct{}, 2)
 	pr := newPair(t, fastOpts(), fastOpts(), func(p *Peer) {
 		p.Handle("block", func(ctx context.Context, _ json.RawMessage) (any, error) {
+			entered <- struct{}{}
 			<-ctx.Done()
 			return nil, nil
 		})
@@ -251,12 +253,17 @@ func TestCallerContextAndClose(t *testing.T) {
 	if _, err := pr.client.Call(ctx, "block", nil); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want the caller's deadline", err)
 	}
+	<-entered // the first call reached the server
 	errc := make(chan error, 1)
 	go func() {
 		_, err := pr.client.Call(context.Background(), "block", nil)
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	select { // the second call is pending at the server when the client closes
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second call never reached the server")
+	}
 	pr.client.Close()
 	select {
 	case err := <-errc:
