@@ -126,23 +126,6 @@ func violationPath(v string) string {
 
 var fileMemberAsPEM = strings.NewReplacer(".certificateFile", ".certificatePem", ".privateKeyFile", ".privateKeyPem")
 
-// DecodeRaw is Decode for a table embedded in a larger body (the relay's
-// `{ "table": ... }` answer), reporting violations below path into e. It returns nil
-// when it added any violation; a JSON null is a violation too (the caller handles the
-// nullable `table` itself). raw is not retained.
-func DecodeRaw(raw json.RawMessage, path string, mode Mode, e *jsonx.Errors) *Table {
-	before := e.Len()
-	if !json.Valid(raw) {
-		e.Addf("", "%s must be an object", pathName(path))
-		return nil
-	}
-	t, _ := decodeTable(raw, path, mode, nil, e)
-	if e.Len() > before {
-		return nil
-	}
-	return t
-}
-
 // decodeTable reads valid JSON text. It also returns the revision when it decoded (-1
 // otherwise), so that a refusal can name the revision it refuses.
 func decodeTable(raw []byte, path string, mode Mode, fr *fileReader, e *jsonx.Errors) (*Table, int64) {

@@ -97,17 +97,6 @@ func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSourc
 	return f
 }
 
-// WatchFile loads path into store and then watches it until ctx is done. A file refused
-// at start returns its error at once (every violation listed): the ingress must not start
-// without a table. Otherwise it returns nil when ctx is done, or the watcher's error.
-func WatchFile(ctx context.Context, path string, store *Store, logger *zap.Logger) error {
-	f := NewFileSource(path, store, FileSourceOptions{Logger: logger})
-	if err := f.Load(); err != nil {
-		return err
-	}
-	return f.Run(ctx)
-}
-
 // Load reads the file and applies it if its content changed since the last load. It
 // returns nil for an unchanged file, or the reason the file was not applied (a read
 // error, or an *Error listing every violation).
