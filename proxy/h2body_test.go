@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,3 +98,71 @@ func TestH2BodyLongerThanContentLength(t *testing.T) {
 type sliceWriter struct{ b *[]byte }
 
 func (w *sliceWriter) Write(p []byte) (int, error) { *w.b = append(*w.b, p...); return len(p), nil }
+
+// TestH2RequestLineInjectionRefused: HTTP/2 carries the method and the query as fields;
+// a method that is not a token, or a query holding a space or a control byte, would
+// become another request line at the target. Both are refused with 400 and reach no
+// target.
+func TestH2RequestLineInjectionRefused(t *testing.T) {
+	e := newEnv(t)
+	var got atomic.Int32 // request lines the target received, however malformed
+	addr := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			got.Add(1)
+			for { // the rest of the head
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == "\r\n" {
+					break
+				}
+			}
+			if !strings.HasPrefix(line, "GET /fine?a=b HTTP/1.1") {
+				return // a line no valid request has: close, as a strict target would
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{addr}}})
+	h := dialH2Raw(t, e.http, 65535)
+	cases := [][2]string{
+		{"GET /inj", "/m"},
+		{"G{T", "/m"},
+		{"GET", "/q?a=b HTTP/1.0"},
+		{"GET", "/q?a=\x01"},
+	}
+	for i, c := range cases {
+		id := uint32(2*i + 1)
+		h.write(t, func(fr *http2.Framer) error {
+			var hb []byte
+			enc := hpack.NewEncoder(&sliceWriter{&hb})
+			for _, f := range [][2]string{{":method", c[0]}, {":scheme", "http"}, {":authority", "app.example.test"}, {":path", c[1]}} {
+				_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb, EndStream: true, EndHeaders: true})
+		})
+		select {
+		case end := <-h.ended:
+			if hf, ok := end.frame.(*http2.HeadersFrame); ok && end.id == id {
+				_ = hf // a HEADERS with END_STREAM: answered without a body
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q %q: no answer", c[0], c[1])
+		}
+	}
+	// A valid request on the same connection reaches the target: the refused ones did not.
+	c := e.h2cClient()
+	res, body := get(t, c, "http://app.example.test/fine?a=b", "")
+	if res.StatusCode != 200 || body != "ok" {
+		t.Fatalf("valid request: %d %q", res.StatusCode, body)
+	}
+	if n := got.Load(); n != 1 {
+		t.Errorf("the target got %d requests, want only the valid one", n)
+	}
+}

@@ -97,7 +97,19 @@ func (s *Server) covers(r *http.Request, rs *reqState) bool {
 	return certCovers(s.tables.Load().GetCertificate(sni), sni, r.Host)
 }
 
-// malformed reports a request that is refused with 400 whatever its route: a Connection
+// breaksRequestLine reports a byte that cannot stand in an HTTP/1.1 request-target as
+// forwarded: a space, a control byte or DEL.
+func breaksRequestLine(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// malformed reports a request that is refused with 400 whatever its route: a method that
+// is not a token, a query holding a byte no request line may hold, a Connection
 // option naming a framing field or Host (RFC 9110 §7.6.1 forbids it, and honouring it
 // would forward a head framed or routed otherwise than it was read), an absolute-form
 // target with an empty authority, or a Host whose port is not a number. The fast path's parser (h1parse.go) applies the same rules.
@@ -106,6 +118,11 @@ func malformed(r *http.Request) bool {
 		if namesProtectedField(unsafe.Slice(unsafe.StringData(v), len(v))) {
 			return true
 		}
+	}
+	if !isToken(r.Method) || breaksRequestLine(r.URL.RawQuery) {
+		// HTTP/2 and HTTP/3 carry these as fields: a method with a space or a query
+		// with one would become another request line at the target.
+		return true
 	}
 	if r.ProtoMajor == 1 && r.URL.Scheme != "" && r.URL.Host == "" {
 		return true // "http:///x": RFC 9110 §4.2.1 makes an empty authority invalid, and Host may not stand in for it
