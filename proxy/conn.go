@@ -153,6 +153,12 @@ func (c *clientConn) handshake() error {
 	}
 	st := c.tc.ConnectionState()
 	c.sni = st.ServerName
+	if c.cert == nil && st.DidResume {
+		// A resumed session presents no certificate, so getCertificate was not asked:
+		// the ticket was issued for this name (bindTicketsToName), and the table's
+		// certificate for it stands in for the one shown then.
+		c.cert = c.s.tables.Load().GetCertificate(c.sni)
+	}
 	if st.NegotiatedProtocol == "h2" {
 		c.setProto(stats.ProtoHTTP2)
 	}

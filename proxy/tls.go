@@ -10,12 +10,43 @@ import (
 // per handshake from the table current at that moment. A connection keeps the certificate
 // it was handshaken with across later table swaps.
 func (s *Server) newTLSConfig() *tls.Config {
-	return &tls.Config{
+	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		CipherSuites:   tls12Suites,
 		NextProtos:     append([]string{"h2", "http/1.1"}, s.cfg.NextProtos...),
 		GetCertificate: s.getCertificate,
 	}
+	bindTicketsToName(cfg)
+	return cfg
+}
+
+// bindTicketsToName makes cfg's session tickets (TLS 1.2 and 1.3) resume only for the
+// server name they were issued for. A resumed handshake presents no certificate, so a
+// ticket issued for one name would otherwise open a connection for another name whose
+// certificate the client never saw. The name travels in the ticket, encrypted with it.
+func bindTicketsToName(cfg *tls.Config) {
+	cfg.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+		ss.Extra = append(ss.Extra, ticketName(cs.ServerName))
+		return cfg.EncryptTicket(cs, ss)
+	}
+	cfg.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
+		ss, err := cfg.DecryptTicket(identity, cs)
+		if err != nil || ss == nil {
+			return ss, err
+		}
+		want := ticketName(cs.ServerName)
+		for _, x := range ss.Extra {
+			if string(x) == string(want) {
+				return ss, nil
+			}
+		}
+		return nil, nil // another name: a full handshake instead
+	}
+}
+
+// ticketName is the server name as kept in a session ticket.
+func ticketName(sni string) []byte {
+	return []byte("sni:" + strings.ToLower(strings.TrimSuffix(sni, ".")))
 }
 
 // extraProto reports whether p is one of Config.NextProtos (a connection that negotiated

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -156,5 +157,56 @@ func TestTLS12OffersAEADOnly(t *testing.T) {
 		if got, err := dial(aead); err != nil || got != aead {
 			t.Errorf("TLS 1.2 with %s: %v, got %s", tls.CipherSuiteName(aead), err, tls.CipherSuiteName(got))
 		}
+	}
+}
+
+// anyNameCache is a client session cache that offers its one session for any server
+// name, as a hostile client may.
+type anyNameCache struct{ cs *tls.ClientSessionState }
+
+func (c *anyNameCache) Get(string) (*tls.ClientSessionState, bool) { return c.cs, c.cs != nil }
+func (c *anyNameCache) Put(_ string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		c.cs = cs
+	}
+}
+
+// TestResumedSessions: a resumed TLS session keeps coalescing within its certificate
+// (it presents none, so the handshake's certificate comes from the table), and a ticket
+// resumes only for the name it was issued for.
+func TestResumedSessions(t *testing.T) {
+	e := newEnv(t)
+	be := backend(t, echoInfo())
+	e.apply([]routeSpec{
+		{host: "tls.test", tls: &routetable.RouteTLS{CertificateID: "one"}, backends: []string{be}},
+		{host: "alt.test", tls: &routetable.RouteTLS{CertificateID: "one"}, backends: []string{be}},
+		{host: "other.test", tls: &routetable.RouteTLS{CertificateID: "other"}, backends: []string{be}},
+	}, certSpec{"one", []string{"tls.test", "alt.test"}}, certSpec{"other", []string{"other.test"}})
+	cache := &anyNameCache{}
+	do := func(sni, host string) (resumed bool, status int) {
+		t.Helper()
+		c, err := tls.Dial("tcp", e.https, &tls.Config{ServerName: sni, InsecureSkipVerify: true,
+			NextProtos: []string{"http/1.1"}, ClientSessionCache: cache})
+		if err != nil {
+			t.Fatalf("%s: %v", sni, err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s/%s: %v", sni, host, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return c.ConnectionState().DidResume, res.StatusCode
+	}
+	if resumed, st := do("tls.test", "tls.test"); resumed || st != 200 {
+		t.Fatalf("first connection: resumed %v, status %d", resumed, st)
+	}
+	if resumed, st := do("tls.test", "alt.test"); !resumed || st != 200 {
+		t.Errorf("resumed connection for a name on the same certificate: resumed %v, status %d, want a resumption and 200", resumed, st)
+	}
+	if resumed, _ := do("other.test", "other.test"); resumed {
+		t.Errorf("a ticket issued for tls.test resumed a connection for other.test")
 	}
 }
