@@ -248,7 +248,7 @@ func (c *h1Conn) run() (handoff bool) {
 	for {
 		n := c.readHead()
 		if n == h1BadReq {
-			c.refuse(nil)
+			c.refuse(nil, outcomeBadRequest, errMalformedHead)
 			return false
 		}
 		if n < 0 {
@@ -265,14 +265,14 @@ func (c *h1Conn) run() (handoff bool) {
 			if !c.secure && c.w-c.r < len(h2PrefacePrefix) {
 				// net/http would wait for more bytes to rule out the h2c preface; no
 				// request this short is well-formed.
-				c.refuse(w)
+				c.refuse(w, outcomeBadRequest, errMalformedHead)
 				putWork(w)
 				return false
 			}
 			putWork(w)
 			return true
 		default:
-			c.refuse(w)
+			c.refuse(w, outcomeBadRequest, errMalformedHead)
 			putWork(w)
 			return false
 		}
@@ -285,7 +285,11 @@ func (c *h1Conn) run() (handoff bool) {
 				c.compact()
 				parseRequest(&w.req, c.rbuf[:n], w.reqFields[:])
 			}
-			if !c.readBody(c.r + n + int(cl)) {
+			if err := c.readBody(c.r + n + int(cl)); err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					c.refuse(w, outcomeBodyTimeout, err)
+				}
 				putWork(w)
 				return false
 			}
@@ -308,10 +312,15 @@ const (
 // it is not prior-knowledge HTTP/2.
 const h2PrefacePrefix = "PRI * HTTP/2.0"
 
-// refuse answers 400 to a malformed request (w may be nil) and ends the connection:
-// its write side is closed and what the client still sends is read and dropped for a
-// moment, so that the answer is not lost to a reset (net/http's rule).
-func (c *h1Conn) refuse(w *h1Work) {
+// errMalformedHead is the access log's reason for a refused head.
+var errMalformedHead = errors.New("proxy: malformed or ambiguous request head")
+
+// refuse answers o (400 for a malformed head, 408 for a body that did not arrive in
+// time) to the request in w (nil when none was parsed), records it in the totals and the
+// access log with err as the reason, and ends the connection: its write side is closed
+// and what the client still sends is read and dropped for a moment, so that the answer
+// is not lost to a reset (net/http's rule).
+func (c *h1Conn) refuse(w *h1Work, o outcome, err error) {
 	s := c.s
 	if w == nil {
 		w = getWork()
@@ -319,16 +328,20 @@ func (c *h1Conn) refuse(w *h1Work) {
 	}
 	c.now = time.Now()
 	c.closing = true
+	c.backend, c.err = nil, err
 	s.totals.InFlight(1)
-	c.answer(w, outcomeBadRequest)
+	status := c.answer(w, o)
 	cc := c.cc
 	wr := cc.writeN.Load()
 	out := wr - cc.acctWrite
 	cc.acctWrite = wr
 	in := int64(c.w - c.r)
 	cc.acctRead += in
-	s.totals.Request(stats.ProtoHTTP1, http.StatusBadRequest, in, out)
+	s.totals.Request(stats.ProtoHTTP1, status, in, out)
 	s.totals.InFlight(-1)
+	if s.accessLog != nil {
+		c.logAccess(&w.req, nil, status, in, out)
+	}
 	c.r = c.w
 	_ = cc.CloseWrite()
 	_ = cc.SetReadDeadline(time.Now().Add(h1RefuseLinger))
@@ -444,16 +457,23 @@ func (c *h1Conn) activate() bool {
 	}
 }
 
-// readBody reads until rbuf holds end bytes; false when the client went away.
-func (c *h1Conn) readBody(end int) bool {
+// readBody reads until rbuf holds end bytes (a body of at most the buffer's size). What
+// is still missing must arrive within ClientBodyTimeout; a read error (a timeout, the
+// client gone) is returned.
+func (c *h1Conn) readBody(end int) error {
+	if c.w >= end {
+		return nil
+	}
+	_ = c.cc.SetReadDeadline(time.Now().Add(c.s.cfg.ClientBodyTimeout))
+	c.dlIdle = false // readHead sets its own deadline again
 	for c.w < end {
 		nr, err := c.cc.Read(c.rbuf[c.w:])
 		c.w += nr
 		if err != nil && c.w < end {
-			return false
+			return err
 		}
 	}
-	return true
+	return nil
 }
 
 func (c *h1Conn) compact() {

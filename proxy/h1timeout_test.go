@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,4 +40,45 @@ func TestH1FastPathUnreadResponseIsCut(t *testing.T) {
 	}
 	waitStatuses(t, logs, 1, statusClientClosed)
 	noBackendFailures(t, e)
+}
+
+// TestH1FastPathSlowSmallBody: a body small enough for the fast path that stops arriving
+// is answered 408 after ClientBodyTimeout, on a kept-alive connection too (where the idle
+// timeout used to apply), and the refusal has its access-log line; so has a malformed
+// head's 400.
+func TestH1FastPathSlowSmallBody(t *testing.T) {
+	var logs *observer.ObservedLogs
+	e := newEnv(t, withProgressTimeouts(&logs), func(c *Config) { c.IdleTimeout = time.Minute })
+	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
+	rc := newRawClient(t, e.http)
+	rc.send(get1("/pre"))
+	if res, _ := rc.read("GET"); res.StatusCode != 200 {
+		t.Fatalf("pre: %d", res.StatusCode)
+	}
+	start := time.Now()
+	rc.send("POST /slow HTTP/1.1\r\nHost: " + h1Host + "\r\nContent-Length: 4000\r\n\r\nxx")
+	res, _ := rc.read("POST")
+	if res.StatusCode != http.StatusRequestTimeout || !res.Close {
+		t.Fatalf("slow body: %d (close %v), want 408 and the connection closed", res.StatusCode, res.Close)
+	}
+	if d := time.Since(start); d > 10*progressTimeout {
+		t.Errorf("408 after %s, want about %s", d, progressTimeout)
+	}
+	waitFor(t, "two access lines", func() bool { return logs.Len() >= 2 })
+	if got := statuses(logs); len(got) != 2 || got[0] != 200 || got[1] != http.StatusRequestTimeout {
+		t.Errorf("access log statuses %v, want [200 408]", got)
+	}
+	logs.TakeAll()
+
+	// A malformed head's refusal is logged too, with its reason.
+	bad := newRawClient(t, e.http)
+	bad.send("POST /hop HTTP/1.1\r\nHost: " + h1Host + "\r\nConnection: Content-Length\r\nContent-Length: 2\r\n\r\nxx")
+	if res, _ := bad.read("POST"); res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("malformed head: %d, want 400", res.StatusCode)
+	}
+	waitFor(t, "the refusal's access line", func() bool { return logs.Len() >= 1 })
+	a := logs.All()[0].ContextMap()
+	if a["status"] != int64(400) || a["path"] != "/hop" || !strings.Contains(a["error"].(string), "malformed") {
+		t.Errorf("refusal's access line %v", a)
+	}
 }
