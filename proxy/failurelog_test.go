@@ -94,3 +94,36 @@ func TestHandshakeFailuresAreLogged(t *testing.T) {
 		t.Errorf("handshake failure line %v at %v", f.ContextMap(), f.Level)
 	}
 }
+
+// TestForwardingLookalikesDropped: X_Forwarded_For and its kin, which CGI and WSGI
+// targets read as X-Forwarded-For, never reach a target, on either HTTP/1.1 path.
+func TestForwardingLookalikesDropped(t *testing.T) {
+	for _, h1Off := range []bool{false, true} {
+		e := newEnv(t)
+		e.srv.h1.mu.Lock()
+		e.srv.h1Off = h1Off
+		e.srv.h1.mu.Unlock()
+		seen := make(chan http.Header, 1)
+		be := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Clone() }))
+		e.apply([]routeSpec{{host: "app.example.test", backends: []string{be}}})
+		req, _ := http.NewRequest("GET", "http://app.example.test/", nil)
+		for _, k := range []string{"X_Forwarded_For", "x_forwarded_proto", "X_FORWARDED_HOST", "X_Real_Ip"} {
+			req.Header[k] = []string{"6.6.6.6"}
+		}
+		req.Header["X_Other_Thing"] = []string{"kept"}
+		res, err := e.h1Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		h := <-seen
+		for k, v := range h {
+			if strings.Contains(strings.Join(v, ","), "6.6.6.6") {
+				t.Errorf("h1Off=%v: %s: %q reached the target", h1Off, k, v)
+			}
+		}
+		if len(h.Values("X_other_thing")) != 1 {
+			t.Errorf("h1Off=%v: an unrelated field with '_' was dropped: %v", h1Off, h)
+		}
+	}
+}

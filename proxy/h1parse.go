@@ -142,7 +142,7 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) h1Verdict {
 	}
 	i := int(r.lineEnd)
 	hosts := 0
-	var sawTE, clDiffers bool
+	var sawTE, clDiffers, longCL bool
 	for {
 		if i+1 >= len(head) {
 			return h1Bad
@@ -183,6 +183,7 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) h1Verdict {
 			if !ok {
 				if len(val) > 0 && allDigits(val) {
 					v = max(v, h1Other) // long, maybe valid: net/http's call
+					longCL = true
 					continue
 				}
 				return h1Bad // empty, signed, hex, spaces: never a length
@@ -210,7 +211,7 @@ func parseRequest(r *h1Req, head []byte, fields []h1Field) h1Verdict {
 		r.fields = append(r.fields, f)
 	}
 	switch {
-	case clDiffers, sawTE && r.hasCL, sawTE && !r.http11, hosts > 1:
+	case clDiffers, sawTE && (r.hasCL || longCL), sawTE && !r.http11, hosts > 1:
 		// (Transfer-Encoding in an HTTP/1.0 request: RFC 9112 §6.1 makes its framing
 		// faulty, and net/http would ignore the field.)
 		return h1Bad
@@ -475,8 +476,37 @@ func requestFieldKind(name []byte) uint8 {
 	case eqFold(name, "proxy-connection"), eqFold(name, "proxy-authenticate"),
 		eqFold(name, "proxy-authorization"), eqFold(name, "http2-settings"):
 		return fkDrop
+	case bytes.IndexByte(name, '_') >= 0 && forwardingLookalike(name):
+		return fkDrop
 	}
 	return fkOther
+}
+
+// forwardingLookalike reports a field name that spells a forwarding field with '_' for
+// '-' (X_Forwarded_For): CGI and WSGI targets read both spellings as one variable, so a
+// client could forge what the ingress writes. Such fields are never forwarded (nginx
+// drops every name with '_' by default).
+func forwardingLookalike[T string | []byte](name T) bool {
+	for _, f := range [...]string{"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip"} {
+		if len(name) != len(f) {
+			continue
+		}
+		same := true
+		for i := 0; i < len(f) && same; i++ {
+			c := name[i]
+			switch {
+			case 'A' <= c && c <= 'Z':
+				c += 'a' - 'A'
+			case c == '_':
+				c = '-'
+			}
+			same = c == f[i]
+		}
+		if same {
+			return true
+		}
+	}
+	return false
 }
 
 func responseFieldKind(name []byte) uint8 {

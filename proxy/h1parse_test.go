@@ -158,6 +158,7 @@ func TestParseRequestSubset(t *testing.T) {
 		{"bare LF after obs-fold", "GET / HTTP/1.1\r\nHost: a.test\r\nX: a\r\n b\nY: c\r\n\r\n", B},
 		{"CL and TE", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", B},
 		{"TE and CL", "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", B},
+		{"19-digit CL and TE", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0000000000000000005\r\nTransfer-Encoding: chunked\r\n\r\n", B},
 		{"TE alone", "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n", O},
 		{"duplicate equal CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", O},
 		{"duplicate differing CL", "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", B},

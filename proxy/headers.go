@@ -135,6 +135,11 @@ func (s *Server) isTrusted(ip string) bool {
 // from a trusted proxy the lists are extended and its Proto/Host kept. o holds the
 // one-element backing arrays so that the common case allocates only the Forwarded value.
 func setForwarded(h http.Header, f forwardedFor, o *outbound) {
+	for k := range h {
+		if strings.IndexByte(k, '_') >= 0 && forwardingLookalike(k) {
+			delete(h, k) // X_Forwarded_For and the like (h1parse.go)
+		}
+	}
 	elem := forwardedElement(f)
 	proto := valProtoHTTP
 	if f.https {

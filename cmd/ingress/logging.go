@@ -20,7 +20,13 @@ func newLogger(format string, level zapcore.Level, out io.Writer) *zap.Logger {
 		enc = zapcore.NewJSONEncoder(cfg)
 	}
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(out)), level)
-	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(out))))
+	l := zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(out))))
+	// The standard library's own lines (net/http's transport complaining about bytes a
+	// target sent unasked, say) are target noise: through zap, in its format, at debug.
+	if _, err := zap.RedirectStdLogAt(l.Named("stdlib"), zapcore.DebugLevel); err != nil {
+		l.Warn("standard library log not redirected", zap.Error(err))
+	}
+	return l
 }
 
 // accessLogger returns log's sink for the access log: the same format and output, at
