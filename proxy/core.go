@@ -80,6 +80,19 @@ type accessRecord struct {
 	err                       error // why the request failed; nil when it did not
 }
 
+// accessFieldMax bounds each client-chosen field of an access-log line: HPACK lets an
+// HTTP/2 client repeat a long path for a few bytes a request, which would make the log
+// grow a hundred times faster than the traffic.
+const accessFieldMax = 1 << 10
+
+// clip cuts s to accessFieldMax bytes, marking the cut.
+func clip(s string) string {
+	if len(s) <= accessFieldMax {
+		return s
+	}
+	return s[:accessFieldMax] + "…"
+}
+
 // logAccess writes a's line to the access log (Config.AccessLog, which must be set).
 func (s *Server) logAccess(a *accessRecord) {
 	var lease, target, errText string
@@ -90,10 +103,10 @@ func (s *Server) logAccess(a *accessRecord) {
 		errText = a.err.Error()
 	}
 	s.accessLog.Info("request",
-		zap.String("host", a.host),
-		zap.String("method", a.method),
-		zap.String("path", a.path),
-		zap.String("query", a.query),
+		zap.String("host", clip(a.host)),
+		zap.String("method", clip(a.method)),
+		zap.String("path", clip(a.path)),
+		zap.String("query", clip(a.query)),
 		zap.Int("status", statusForTotals(a.status)),
 		zap.Int64("bytesIn", a.in),
 		zap.Int64("bytesOut", a.out),

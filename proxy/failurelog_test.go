@@ -127,3 +127,20 @@ func TestForwardingLookalikesDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessFieldsClipped: a client-chosen path or query longer than accessFieldMax is
+// cut in the access log (HPACK makes repeating one cheap for an HTTP/2 client).
+func TestAccessFieldsClipped(t *testing.T) {
+	var logs, access *observer.ObservedLogs
+	e := newEnv(t, withLogs(&logs, &access))
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
+	long := strings.Repeat("p", 3*accessFieldMax)
+	get(t, e.h2cClient(), "http://app.example.test/"+long+"?"+long, "")
+	waitFor(t, "access line", func() bool { return access.Len() == 1 })
+	a := access.All()[0].ContextMap()
+	for _, k := range []string{"path", "query"} {
+		if v := a[k].(string); len(v) > accessFieldMax+len("…") || !strings.HasSuffix(v, "…") {
+			t.Errorf("%s logged with %d bytes, want it clipped to %d", k, len(v), accessFieldMax)
+		}
+	}
+}
