@@ -1,7 +1,6 @@
 package acme
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/serve-zone/ingress/internal/pebbletest"
 	"github.com/serve-zone/ingress/internal/testcert"
 	"github.com/serve-zone/ingress/proxy"
 	"github.com/serve-zone/ingress/routetable"
@@ -99,7 +99,7 @@ type rig struct {
 	srv     *proxy.Server
 	mgr     *Manager
 	rec     *recorder
-	logs    *syncBuffer
+	logs    *pebbletest.SyncBuffer
 	backend routetable.Target
 	rev     int64
 
@@ -113,7 +113,7 @@ type rig struct {
 // Manager; start runs it.
 func newRig(t *testing.T, opts Options) *rig {
 	t.Helper()
-	r := &rig{t: t, rec: newRecorder(), logs: &syncBuffer{}}
+	r := &rig{t: t, rec: newRecorder(), logs: &pebbletest.SyncBuffer{}}
 	r.store = routetable.NewStore(routetable.StoreOptions{Mode: routetable.ModeStandalone})
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
 		zapcore.AddSync(r.logs), zapcore.DebugLevel))
@@ -302,22 +302,4 @@ func (r *rig) mustGet(rawURL string, roots *x509.CertPool, want int) string {
 		r.t.Fatalf("GET %s: %d %q, want %d", rawURL, st, body, want)
 	}
 	return body
-}
-
-// syncBuffer is a bytes.Buffer for a logger and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -181,7 +180,7 @@ func TestACMEPebbleThroughFlags(t *testing.T) {
 	if err := o.loadACMERoots(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &pebbletest.SyncBuffer{}
 	in, err := newInstance(o, instanceDeps{log: newLogger("json", o.level, logs)})
 	if err != nil {
 		t.Fatal(err)
@@ -259,22 +258,4 @@ func portNumber(t *testing.T, a net.Addr) int {
 		t.Fatalf("%v is not a TCP address", a)
 	}
 	return ta.Port
-}
-
-// lockedBuffer is a log destination read by the test while the ingress writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

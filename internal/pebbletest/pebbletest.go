@@ -64,7 +64,7 @@ type Pebble struct {
 	dns                string // the DNS server's address
 
 	cmd  *exec.Cmd // nil until run
-	out  *syncBuffer
+	out  *SyncBuffer
 	done chan struct{}
 }
 
@@ -125,7 +125,7 @@ func New(t testing.TB, o Options) *Pebble {
 		dir:               dir,
 		keyFile:           keyFile,
 		validity:          validity,
-		out:               &syncBuffer{},
+		out:               &SyncBuffer{},
 	}
 	p.pickPorts(t)
 	t.Cleanup(p.Stop)
@@ -189,7 +189,7 @@ func (p *Pebble) run(t testing.TB, httpPort, tlsPort int) error {
 	cfgFile := filepath.Join(p.dir, "pebble-config.json")
 	writeFile(t, cfgFile, string(b))
 	p.Stop()
-	p.out = &syncBuffer{}
+	p.out = &SyncBuffer{}
 	p.done = make(chan struct{})
 	p.cmd = exec.Command(p.bin, "-config", cfgFile, "-dnsserver", p.dns)
 	p.cmd.Env = append(os.Environ(),
@@ -379,19 +379,20 @@ func writeFile(t testing.TB, name, data string) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writers and the test's readers.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for a process's (or a logger's) writers and a
+// test's readers at once.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
