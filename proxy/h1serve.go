@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"net/http"
@@ -262,6 +263,13 @@ func (c *h1Conn) run() (handoff bool) {
 				return true // Config.HTTPChallenge is asked on net/http's path (handler.go)
 			}
 		case h1Other:
+			if (c.secure || c.served > 0) && bytes.HasPrefix(c.rbuf[c.r:c.w], []byte(h2PrefacePrefix)) {
+				// Prior-knowledge HTTP/2 starts a plain connection or nothing: not the
+				// middle of an HTTP/1.1 one, nor TLS that did not negotiate h2.
+				c.refuse(w, outcomeBadRequest, errMalformedHead)
+				putWork(w)
+				return false
+			}
 			if !c.secure && c.w-c.r < len(h2PrefacePrefix) {
 				// net/http would wait for more bytes to rule out the h2c preface; no
 				// request this short is well-formed.

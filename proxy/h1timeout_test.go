@@ -82,3 +82,24 @@ func TestH1FastPathSlowSmallBody(t *testing.T) {
 		t.Errorf("refusal's access line %v", a)
 	}
 }
+
+// TestH2PrefaceOnlyFirst: the prior-knowledge HTTP/2 preface is taken only as the first
+// bytes of a plain connection; in the middle of an HTTP/1.1 connection, or on TLS that
+// negotiated http/1.1, it is a malformed request.
+func TestH2PrefaceOnlyFirst(t *testing.T) {
+	e := newEnv(t)
+	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
+	rc := newRawClient(t, e.http)
+	rc.send(get1("/one") + "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	if res, _ := rc.read("GET"); res.StatusCode != 200 {
+		t.Fatalf("first request: %d", res.StatusCode)
+	}
+	if res, _ := rc.read("GET"); res.StatusCode != http.StatusBadRequest || !res.Close {
+		t.Errorf("preface mid-connection: %d (close %v), want 400 and the connection closed", res.StatusCode, res.Close)
+	}
+	// As the first bytes of a plain connection it still starts HTTP/2.
+	res, _ := get(t, e.h2cClient(), "http://"+h1Host+"/h2c", "")
+	if res.StatusCode != 200 || res.ProtoMajor != 2 {
+		t.Errorf("h2c: %d over HTTP/%d", res.StatusCode, res.ProtoMajor)
+	}
+}
