@@ -44,16 +44,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, "demo", args, nil); err != nil {
 		return err
 	}
+	var problems []error
 	if err := o.validate(); err != nil {
-		return configError{err}
+		problems = append(problems, err)
 	}
-	stopProfile, err := startCPUProfile(o.CPUProfile)
+	log, stop, err := startProcess(o, problems, stderr)
 	if err != nil {
-		return configError{err}
+		return err
 	}
-	defer stopProfile()
-	log := newLogger(o.LogFormat, o.level, stderr)
-	defer func() { _ = log.Sync() }()
+	defer stop()
 
 	d, err := startDemo(ctx, o, log)
 	if err != nil {

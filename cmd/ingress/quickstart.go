@@ -72,18 +72,11 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	} else if err := checkQuickStart(doc); err != nil {
 		problems = append(problems, err)
 	}
-	var stopProfile func()
-	if len(problems) == 0 {
-		if stopProfile, err = startCPUProfile(o.CPUProfile); err != nil {
-			problems = append(problems, err)
-		}
+	log, stop, err := startProcess(o, problems, stderr)
+	if err != nil {
+		return err
 	}
-	if err := errors.Join(problems...); err != nil {
-		return configError{err}
-	}
-	defer stopProfile()
-	log := newLogger(o.LogFormat, o.level, stderr)
-	defer func() { _ = log.Sync() }()
+	defer stop()
 
 	var ec env.Config
 	if node, ok := lookup(env.VarNodeID); ok && env.IsID(node) {
@@ -114,40 +107,28 @@ func (q *quickStart) document() ([]byte, error) {
 	if q.redirect && q.cert == "" {
 		problems = append(problems, errors.New("--redirect-http needs --tls-cert and --tls-key: without TLS there is nothing to redirect to"))
 	}
-	type target struct {
-		LeaseID string `json:"leaseId"`
-		Address string `json:"address"`
-		Port    int    `json:"port"`
-	}
-	var targets []target
+	var targets []routetable.Target
 	for i, to := range q.to {
 		addr, port, err := quickTarget(to)
 		if err != nil {
 			problems = append(problems, err)
 			continue
 		}
-		targets = append(targets, target{LeaseID: "target-" + strconv.Itoa(i+1), Address: addr, Port: port})
+		targets = append(targets, routetable.Target{LeaseID: "target-" + strconv.Itoa(i+1), Address: addr, Port: port})
 	}
-	type routeTLS struct {
-		CertificateID string `json:"certificateId"`
-		RedirectHTTP  bool   `json:"redirectHttp"`
-	}
-	type route struct {
-		Hostname string    `json:"hostname"`
-		Targets  []target  `json:"targets"`
-		TLS      *routeTLS `json:"tls"`
-	}
+	// The certificate by file, as a standalone file names it (routetable.Certificate
+	// carries PEM on the wire).
 	type certificate struct {
 		ID              string `json:"id"`
 		CertificateFile string `json:"certificateFile"`
 		PrivateKeyFile  string `json:"privateKeyFile"`
 	}
 	doc := struct {
-		Revision     int64         `json:"revision"`
-		Routes       []route       `json:"routes"`
-		Certificates []certificate `json:"certificates"`
-	}{Revision: 1, Routes: []route{}, Certificates: []certificate{}}
-	var tlsOn *routeTLS
+		Revision     int64              `json:"revision"`
+		Routes       []routetable.Route `json:"routes"`
+		Certificates []certificate      `json:"certificates"`
+	}{Revision: 1, Routes: []routetable.Route{}, Certificates: []certificate{}}
+	var tlsOn *routetable.RouteTLS
 	if q.cert != "" && q.key != "" {
 		cert, err1 := filepath.Abs(q.cert)
 		key, err2 := filepath.Abs(q.key)
@@ -155,7 +136,7 @@ func (q *quickStart) document() ([]byte, error) {
 			problems = append(problems, err)
 		}
 		doc.Certificates = append(doc.Certificates, certificate{ID: "quick-start", CertificateFile: cert, PrivateKeyFile: key})
-		tlsOn = &routeTLS{CertificateID: "quick-start", RedirectHTTP: q.redirect}
+		tlsOn = &routetable.RouteTLS{CertificateID: "quick-start", RedirectHTTP: q.redirect}
 	}
 	for _, from := range q.from {
 		host := strings.TrimSuffix(strings.ToLower(from), ".")
@@ -163,7 +144,7 @@ func (q *quickStart) document() ([]byte, error) {
 			problems = append(problems, fmt.Errorf("--from %q must be a DNS name such as app.example.test (letters, digits, '-', dots), or *.example.test", from))
 			continue
 		}
-		doc.Routes = append(doc.Routes, route{Hostname: host, Targets: targets, TLS: tlsOn})
+		doc.Routes = append(doc.Routes, routetable.Route{Hostname: host, Targets: targets, TLS: tlsOn})
 	}
 	if err := errors.Join(problems...); err != nil {
 		return nil, err

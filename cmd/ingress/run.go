@@ -74,25 +74,34 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	if err := o.loadACMERoots(); err != nil {
 		problems = append(problems, err)
 	}
-	var stopProfile func()
-	if len(problems) == 0 {
-		var err error
-		if stopProfile, err = startCPUProfile(o.CPUProfile); err != nil {
-			problems = append(problems, err)
-		}
+	log, stop, err := startProcess(o, problems, stderr)
+	if err != nil {
+		return err
 	}
-	if err := errors.Join(problems...); err != nil {
-		return configError{err}
-	}
-	defer stopProfile()
-	log := newLogger(o.LogFormat, o.level, stderr)
-	defer func() { _ = log.Sync() }()
+	defer stop()
 
 	in, err := newInstance(o, instanceDeps{env: ec, relayTLS: relayTLS, log: log})
 	if err != nil {
 		return err
 	}
 	return in.run(ctx)
+}
+
+// startProcess ends a command's checks: problems (the command line's, joined) refuse it
+// with a configError; otherwise the CPU profile and the process logger start, and stop
+// syncs the logger and completes the profile.
+func startProcess(o options, problems []error, stderr io.Writer) (log *zap.Logger, stop func(), err error) {
+	var stopProfile func()
+	if len(problems) == 0 {
+		if stopProfile, err = startCPUProfile(o.CPUProfile); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, nil, configError{err}
+	}
+	log = newLogger(o.LogFormat, o.level, stderr)
+	return log, func() { _ = log.Sync(); stopProfile() }, nil
 }
 
 func loadRelayCA(path string) (*tls.Config, error) {
