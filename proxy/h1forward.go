@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -299,25 +301,24 @@ func appendPrior(b []byte, req *h1Req, k uint8, n int) []byte {
 
 // exchange sends w.wb to addr over a pooled or new connection and reads the response
 // head into w.up. A pooled connection that turns out dead before any response byte is
-// replaced once by a new one under the rule the lean upstream applies (retryable).
-func (c *h1Conn) exchange(w *h1Work, addr string) (*upConn, error) {
-	u := c.s.up
-	p := u.pool(addr)
-	uc := p.getAt(u, c.now)
+// replaced once by a new one under the pools' rule (upstream.MayReplay).
+func (c *h1Conn) exchange(w *h1Work, addr string) (*upstream.Conn, error) {
+	ps := c.s.up.Pools
+	uc := ps.Get(addr, c.now)
 	for retried := false; ; retried = true {
-		reused := uc != nil
-		if !reused {
-			nc, err := u.dial(context.Background(), "tcp", addr)
-			if err != nil {
+		if uc == nil {
+			var err error
+			if uc, err = ps.Dial(context.Background(), addr); err != nil {
 				return nil, err
 			}
-			uc = newUpConn(nc, p)
 		}
 		err := c.roundTrip(w, uc)
 		if err == nil {
 			return uc, nil
 		}
-		if reused && !retried && uc.read == 0 && connLost(err) && (uc.wrote == 0 || replayable(&w.req)) {
+		// The body is in memory: nothing was taken from the client that a new
+		// connection could not send again.
+		if upstream.MayReplay(uc, retried, err, false, replayable(&w.req)) {
 			uc = nil
 			continue
 		}
@@ -325,42 +326,33 @@ func (c *h1Conn) exchange(w *h1Work, addr string) (*upConn, error) {
 	}
 }
 
-// replayable: a request that may be sent again after a reused connection died under it
-// (http.Transport's rule): no body, and an idempotent method or an idempotency key.
+// replayable applies upstream.Replayable to req.
 func replayable(req *h1Req) bool {
-	if req.contentLength > 0 {
-		return false
-	}
-	switch string(req.method()) {
-	case "GET", "HEAD", "OPTIONS", "TRACE":
-		return true
-	}
+	keyed := false
 	for i := range req.fields {
-		n := req.fields[i].name(req.head)
-		if eqFold(n, "idempotency-key") || eqFold(n, "x-idempotency-key") {
-			return true
+		if upstream.IdempotencyKey(req.fields[i].name(req.head)) {
+			keyed = true
+			break
 		}
 	}
-	return false
+	return upstream.Replayable(string(req.method()), req.contentLength > 0, keyed)
 }
 
 // roundTrip writes the request and reads the response head (skipping 1xx interim
 // answers). On error uc is closed.
-func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
-	u := c.s.up
-	uc.read, uc.wrote = 0, 0
-	n, err := uc.c.Write(w.wb)
-	uc.wrote = int64(n)
-	if err != nil {
-		uc.close()
+func (c *h1Conn) roundTrip(w *h1Work, uc *upstream.Conn) error {
+	ps := c.s.up.Pools
+	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
+	if _, err := uc.Write(w.wb); err != nil {
+		uc.Close()
 		return err
 	}
 	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
 	// so that a client that went away does not leave its request running on the target
 	// (we read nothing from the client meanwhile, unlike net/http's background read).
-	deadline := c.now.Add(u.headerTimeout)
+	deadline := c.now.Add(ps.HeaderTimeout)
 	next := c.now.Add(h1ClientWatch)
-	_ = uc.c.SetReadDeadline(earliest(deadline, next))
+	_ = uc.SetReadDeadline(earliest(deadline, next))
 	buf := w.up[h1Headroom:]
 	filled, scanned := 0, 0
 	var rerr error
@@ -372,19 +364,15 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 				// Rare: parse again with room for every line the head can hold.
 				err = parseResponse(&w.res, buf[:hl], make([]h1Field, 0, hl/4))
 			}
+			if err == nil && w.res.status < 200 {
+				n1xx++
+				err = ps.Interim(w.res.status, n1xx)
+			}
 			if err != nil {
-				uc.close()
+				uc.Close()
 				return err
 			}
-			if st := w.res.status; st < 200 {
-				if st == http.StatusSwitchingProtocols {
-					uc.close()
-					return errUnexpectedUpgrade
-				}
-				if n1xx++; n1xx > upMax1xx {
-					uc.close()
-					return errTooMany1xx
-				}
+			if w.res.status < 200 {
 				filled = copy(buf, buf[hl:filled])
 				scanned = 0
 				continue
@@ -393,7 +381,7 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 			return nil
 		}
 		if scanned < filled && bytes.Contains(buf[max(scanned-1, 0):filled], lflf) {
-			uc.close()
+			uc.Close()
 			return errBadResponse // bare LF line ends: refused at once, not at the header timeout
 		}
 		scanned = filled
@@ -403,27 +391,27 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 			if timeout {
 				if now := time.Now(); now.Before(deadline) {
 					if peerHungUp(c.rawConn()) {
-						uc.close()
+						uc.Close()
 						return errClientGone
 					}
-					_ = uc.c.SetReadDeadline(earliest(deadline, now.Add(h1ClientWatch)))
+					_ = uc.SetReadDeadline(earliest(deadline, now.Add(h1ClientWatch)))
 					rerr = nil
 					continue
 				}
 			}
-			uc.close()
+			uc.Close()
 			switch {
 			case timeout:
-				return errResponseHeaderTimeout
+				return upstream.ErrHeaderTimeout
 			case rerr == io.EOF && filled > 0:
 				return io.ErrUnexpectedEOF
 			}
 			return rerr
 		}
 		if filled == len(buf) {
-			if int64(len(buf)) >= u.maxHeader {
-				uc.close()
-				return errResponseHeaderTooLong
+			if int64(len(buf)) >= ps.MaxHeaderBytes {
+				uc.Close()
+				return upstream.ErrHeaderTooLong
 			}
 			nb := make([]byte, h1Headroom+2*len(buf))
 			copy(nb[h1Headroom:], buf[:filled])
@@ -431,9 +419,8 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upConn) error {
 			buf = nb[h1Headroom:]
 		}
 		var nr int
-		nr, rerr = uc.c.Read(buf[filled:])
+		nr, rerr = uc.Read(buf[filled:])
 		filled += nr
-		uc.read += int64(nr)
 	}
 }
 
@@ -447,7 +434,7 @@ const (
 
 // relay writes the target's response to the client and copies its body, then hands uc
 // back to its pool when the exchange ended cleanly.
-func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, abort bool) {
+func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (status int, abort bool) {
 	res := &w.res
 	frame := frameClose
 	switch {
@@ -515,7 +502,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 		n, fin, err := sc.scan(got)
 		if err != nil {
 			// Nothing reached the client yet: it gets a 502 instead of a broken body.
-			uc.close()
+			uc.Close()
 			c.err = err
 			c.s.failed(outcomeRequest, e, c.backend, err)
 			c.closing = true // the target's connection state is unknown; so is ours to it
@@ -543,19 +530,19 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 		w.wb = out
 	}
 	if _, err := c.send(out); err != nil {
-		uc.close()
+		uc.Close()
 		c.err = err
 		return 0, true // the client left or stalled: recorded as 499
 	}
 	if done {
-		c.s.up.putBack(uc, keepUp, time.Now())
+		c.s.up.Put(uc, keepUp, time.Now())
 		return status, false
 	}
 
 	// The rest of the body, as it comes (so event streams flow).
-	_ = uc.c.SetReadDeadline(time.Time{})
+	_ = uc.SetReadDeadline(time.Time{})
 	for {
-		nr, rerr := uc.c.Read(buf)
+		nr, rerr := uc.Read(buf)
 		if nr > 0 {
 			chunk := buf[:nr]
 			switch frame {
@@ -576,18 +563,18 @@ func (c *h1Conn) relay(w *h1Work, uc *upConn, e *routetable.Entry) (status int, 
 				chunk = w.wb
 			}
 			if _, err := c.send(chunk); err != nil {
-				uc.close()
+				uc.Close()
 				c.err = err
 				return 0, true // the client left or stalled: recorded as 499
 			}
 			if done {
-				c.s.up.putBack(uc, keepUp, time.Now())
+				c.s.up.Put(uc, keepUp, time.Now())
 				return status, false
 			}
 		}
 		if rerr != nil {
 			if frame == frameClose && rerr == io.EOF {
-				uc.close()
+				uc.Close()
 				if _, err := c.send(lastChunk); err != nil {
 					return status, true
 				}
@@ -605,8 +592,8 @@ var (
 
 // brokenBody ends a response whose body the target broke off: a request failure, and
 // the client's connection closes so that it never takes the truncated body for whole.
-func (c *h1Conn) brokenBody(uc *upConn, e *routetable.Entry, status int, err error) (int, bool) {
-	uc.close()
+func (c *h1Conn) brokenBody(uc *upstream.Conn, e *routetable.Entry, status int, err error) (int, bool) {
+	uc.Close()
 	c.err = err
 	c.s.failed(outcomeRequest, e, c.backend, err)
 	return status, true
@@ -631,17 +618,6 @@ func appendChunk(b, data []byte) []byte {
 	b = append(b, "\r\n"...)
 	b = append(b, data...)
 	return append(b, "\r\n"...)
-}
-
-// putBack returns uc to its pool after a clean exchange, else closes it.
-func (u *upstream) putBack(uc *upConn, keep bool, now time.Time) {
-	if keep && !u.closed.Load() {
-		uc.idleAt = now
-		if uc.pool.put(uc, u.maxIdle) {
-			return
-		}
-	}
-	uc.close()
 }
 
 // logAccess writes the request's access-log line. The strings are copies: the bytes are

@@ -139,8 +139,9 @@ type Server struct {
 	trusted   []netip.Prefix
 
 	transport *http.Transport
-	// up is the lean HTTP/1.1 round tripper (upstream.go); it falls back to transport.
-	up *upstream
+	// up is the lean HTTP/1.1 round tripper (lean.go) over the target pools, which the
+	// fast path shares; it falls back to transport.
+	up *leanTransport
 	// rt is what forward sends through: up (tests may stand in for it).
 	rt        http.RoundTripper
 	dialer    *net.Dialer
@@ -223,7 +224,7 @@ func New(cfg Config) (*Server, error) {
 	s.tunnels.m = make(map[*tunnel]struct{})
 	s.shutDone = make(chan struct{})
 	s.dialer, s.transport = newTransport(cfg)
-	s.up = newUpstream(cfg, s.transport)
+	s.up = newLeanTransport(cfg, s.transport)
 	s.rt = s.up
 	s.stapler = newStapler(cfg.Tables, s.log.Named("ocsp"))
 	s.tlsConfig = s.newTLSConfig()
@@ -415,7 +416,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
-		s.up.janitor(stapleCtx)
+		s.up.Janitor(stapleCtx, time.Now)
 	}()
 	s.ready.Store(!s.draining.Load())
 	stop := context.AfterFunc(ctx, s.closeNow)
@@ -476,7 +477,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 	s.transport.CloseIdleConnections()
-	s.up.closeIdle()
+	s.up.CloseIdle()
 	return nil
 }
 
@@ -494,7 +495,7 @@ func (s *Server) closeNow() {
 	s.h1.closeAll()
 	s.tunnels.closeAll()
 	s.transport.CloseIdleConnections()
-	s.up.closeIdle()
+	s.up.CloseIdle()
 }
 
 func (s *Server) closeListeners() {

@@ -1,19 +1,8 @@
-package proxy
+package upstream
 
 import "syscall"
 
-// peerClosed reports whether the target has closed an idle connection or sent something
-// on it (a stray byte, a 408): one non-blocking MSG_PEEK, without waiting in the poller.
-// A connection that cannot be probed counts as open (the retry rule covers it).
-func peerClosed(rc syscall.RawConn) bool {
-	if rc == nil {
-		return false
-	}
-	var p probe
-	return p.run(rc)
-}
-
-// probe is one peek; its method value is made once per connection (upConn.probe), so
+// probe is one peek; its method value is made once per connection (Conn.probe), so
 // that the check before every reuse allocates nothing.
 type probe struct {
 	fn   func(fd uintptr)
