@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"net/http"
+	"sync/atomic"
+
+	"github.com/serve-zone/ingress/stats"
 )
 
 // Byte accounting (contract §5).
@@ -44,4 +47,16 @@ func fieldBytes(h http.Header) int64 {
 		}
 	}
 	return int64(n)
+}
+
+// connAttribution counts a client connection once, under the first hostname it is
+// attributed to (by its SNI or its first routed request), whatever the protocol: the
+// rule of contract §5 for connections, in one place.
+type connAttribution struct{ counted atomic.Bool }
+
+// attribute counts the connection for h unless it already was.
+func (a *connAttribution) attribute(h *stats.Host) {
+	if !a.counted.Load() && a.counted.CompareAndSwap(false, true) {
+		h.Connection()
+	}
 }

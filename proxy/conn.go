@@ -53,12 +53,12 @@ type clientConn struct {
 	s  *Server
 	tc *tls.Conn // nil for plain connections
 
-	readN, writeN atomic.Int64
-	handshook     atomic.Bool
-	hsErr         error         // set before handshook, read after
-	proto         atomic.Uint32 // stats.Proto the connection is counted under in Totals.Conn
-	counted       atomic.Bool   // the connection was attributed to a hostname
-	hijacked      atomic.Bool
+	readN, writeN   atomic.Int64
+	handshook       atomic.Bool
+	hsErr           error         // set before handshook, read after
+	proto           atomic.Uint32 // stats.Proto the connection is counted under in Totals.Conn
+	connAttribution               // counted once under a hostname
+	hijacked        atomic.Bool
 
 	// sni and cert are the TLS connection's server name and the certificate it was
 	// handshaken with (set by handshake, read after it): a request for a host cert does
@@ -163,8 +163,8 @@ func (c *clientConn) handshake() error {
 		c.setProto(stats.ProtoHTTP2)
 	}
 	if t := c.s.tables.Load(); t != nil && !c.s.extraProto(st.NegotiatedProtocol) {
-		if e := t.Lookup(st.ServerName); e != nil && c.counted.CompareAndSwap(false, true) {
-			e.Stats.Connection()
+		if e := t.Lookup(st.ServerName); e != nil {
+			c.attribute(e.Stats)
 		}
 	}
 	c.handshook.Store(true)

@@ -194,42 +194,82 @@ func (s *Server) handshakeFailed(remote net.Addr, sni string, err error) {
 	}
 }
 
-type errorBody struct {
-	text []byte
-	clen []string
+// fixedAnswer is the whole of a fixed response, decided here once for every
+// front-end: net/http's path sets its fields into http.Header (writeOutcome), the fast
+// path appends them to its buffer (h1Conn.answer), each adding only what its connection
+// needs (Date, Alt-Svc, Connection).
+type fixedAnswer struct {
+	code   int
+	fields []fixedField
+	body   []byte
 }
 
-var errorBodies = func() map[int]errorBody {
-	m := make(map[int]errorBody)
-	for _, code := range []int{400, 404, 405, 408, 421, 502, 503, 504} {
-		t := strconv.Itoa(code) + " " + http.StatusText(code) + "\n"
-		m[code] = errorBody{text: []byte(t), clen: []string{strconv.Itoa(len(t))}}
+// fixedField is one field of a fixed answer; val is a one-element slice, ready for an
+// http.Header without allocating.
+type fixedField struct {
+	name string
+	val  []string
+}
+
+// fixedAnswers holds the answer of every outcome that has one.
+var fixedAnswers = func() (t [outcomeMisdirected + 1]*fixedAnswer) {
+	for o := range t {
+		code := outcome(o).status()
+		if code == 0 {
+			continue
+		}
+		text := strconv.Itoa(code) + " " + http.StatusText(code) + "\n"
+		fa := &fixedAnswer{code: code, body: []byte(text), fields: []fixedField{
+			{"Content-Type", []string{"text/plain; charset=utf-8"}},
+			{"X-Content-Type-Options", []string{"nosniff"}},
+			{"Content-Length", []string{strconv.Itoa(len(text))}},
+		}}
+		switch outcome(o) {
+		case outcomeNoTable, outcomeUnavailable:
+			fa.fields = append(fa.fields, fixedField{"Retry-After", []string{"5"}})
+		case outcomeMethodNotAllowed:
+			fa.fields = append(fa.fields, fixedField{"Allow", []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"}})
+		}
+		t[o] = fa
 	}
-	return m
+	return t
 }()
 
-var (
-	valTextPlain  = []string{"text/plain; charset=utf-8"}
-	valNoSniff    = []string{"nosniff"}
-	valRetryAfter = []string{"5"}
-	valAllow      = []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"}
-)
-
-// writeOutcome answers o's status with its fixed body; it returns the body length.
+// writeOutcome answers o's fixed response; it returns the body length written.
 func writeOutcome(w http.ResponseWriter, o outcome) int {
-	code := o.status()
-	eb := errorBodies[code]
+	fa := fixedAnswers[o]
 	h := w.Header()
-	h["Content-Type"] = valTextPlain
-	h["X-Content-Type-Options"] = valNoSniff
-	h["Content-Length"] = eb.clen
-	switch o {
-	case outcomeNoTable, outcomeUnavailable:
-		h["Retry-After"] = valRetryAfter
-	case outcomeMethodNotAllowed:
-		h["Allow"] = valAllow
+	for _, f := range fa.fields {
+		h[f.name] = f.val
 	}
-	w.WriteHeader(code)
-	n, _ := w.Write(eb.text)
+	w.WriteHeader(fa.code)
+	n, _ := w.Write(fa.body)
 	return n
+}
+
+// appendLocation appends the target of the redirect to HTTPS (RedirectHTTP): the same
+// host without its port, the public HTTPS port (httpsPort, ":port" or empty), the same
+// path and query.
+func appendLocation[T string | []byte](b []byte, host T, httpsPort string, target T) []byte {
+	if i := lastColon(host); i >= 0 {
+		host = host[:i]
+	}
+	b = append(b, "https://"...)
+	b = append(b, host...)
+	b = append(b, httpsPort...)
+	return append(b, target...)
+}
+
+// lastColon is the index of the colon before a port in a Host value, or -1 (an IPv6
+// literal's colons are inside brackets).
+func lastColon[T string | []byte](host T) int {
+	for i := len(host) - 1; i >= 0; i-- {
+		switch host[i] {
+		case ':':
+			return i
+		case ']':
+			return -1
+		}
+	}
+	return -1
 }

@@ -1080,9 +1080,9 @@ var diffAccepted = []struct {
 // isFastRefusal: r is the fast path's 400 answer to a malformed request (errors.go),
 // without its body when the request was HEAD.
 func isFastRefusal(r diffResp) bool {
-	eb := errorBodies[http.StatusBadRequest]
-	return r.Status == http.StatusBadRequest && r.Close && slices.Equal(r.ContentLength, eb.clen) &&
-		(r.Body == string(eb.text) || r.Body == "") && r.BodyErr == ""
+	fa := fixedAnswers[outcomeBadRequest]
+	return r.Status == http.StatusBadRequest && r.Close && slices.Equal(r.ContentLength, []string{strconv.Itoa(len(fa.body))}) &&
+		(r.Body == string(fa.body) || r.Body == "") && r.BodyErr == ""
 }
 
 // netHTTPRefusals are the bodies of net/http's server's own answers to a request it

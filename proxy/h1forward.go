@@ -51,9 +51,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 			s.totals.UnknownHost()
 			status = c.answer(w, outcomeUnknownHost)
 		default:
-			if cc := c.cc; !cc.counted.Load() && cc.counted.CompareAndSwap(false, true) {
-				e.Stats.Connection()
-			}
+			c.cc.attribute(e.Stats)
 			if !c.secure && e.TLS != nil && e.TLS.RedirectHTTP {
 				status = c.redirect(w)
 			} else {
@@ -83,45 +81,34 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	return !c.closing && !abort
 }
 
-// answer writes o's fixed response (errors.go has the texts) and returns its status.
+// answer writes o's fixed response (fixedAnswers) and returns its status.
 func (c *h1Conn) answer(w *h1Work, o outcome) int {
-	code := o.status()
-	eb := errorBodies[code]
+	fa := fixedAnswers[o]
 	b := append(w.wb[:0], "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(code), 10)
+	b = strconv.AppendInt(b, int64(fa.code), 10)
 	b = append(b, ' ')
-	b = append(b, http.StatusText(code)...)
-	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "...)
-	b = strconv.AppendInt(b, int64(len(eb.text)), 10)
+	b = append(b, http.StatusText(fa.code)...)
 	b = append(b, "\r\n"...)
-	switch o {
-	case outcomeNoTable, outcomeUnavailable:
-		b = append(b, "Retry-After: 5\r\n"...)
-	case outcomeMethodNotAllowed:
-		b = append(b, "Allow: "...)
-		b = append(b, valAllow[0]...)
+	for _, f := range fa.fields {
+		b = append(b, f.name...)
+		b = append(b, ": "...)
+		b = append(b, f.val[0]...)
 		b = append(b, "\r\n"...)
 	}
 	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
 	if string(w.req.method()) != "HEAD" {
-		b = append(b, eb.text...)
+		b = append(b, fa.body...)
 	}
 	w.wb = b
 	_, _ = c.send(b)
-	return code
+	return fa.code
 }
 
-// redirect answers 308 to the same host (without its port) on the HTTPS listener.
+// redirect answers 308 to HTTPS (appendLocation).
 func (c *h1Conn) redirect(w *h1Work) int {
-	host := w.req.host
-	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
-		host = host[:i]
-	}
-	b := append(w.wb[:0], "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://"...)
-	b = append(b, host...)
-	b = append(b, c.s.httpsPort...)
-	b = append(b, w.req.target()...)
+	b := append(w.wb[:0], "HTTP/1.1 308 Permanent Redirect\r\nLocation: "...)
+	b = appendLocation(b, w.req.host, c.s.httpsPort, w.req.target())
 	b = append(b, "\r\nContent-Length: 0\r\n"...)
 	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
@@ -222,28 +209,20 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	b = append(b, ' ')
 	b = append(b, req.target()...)
 	b = append(b, " HTTP/1.1\r\n"...)
-	var priorXFF, priorFwd int
-	var hasXFP, hasXFH bool
+	fs := &w.fwd // in the connection's work area: nothing escapes per request
+	*fs = h1FwdSink{req: req, f: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.host), len(req.host)),
+		https: c.secure, trusted: c.trusted}}
+	keep := fs.f.keepsClientForwarding()
 	for i := range req.fields {
 		f := &req.fields[i]
 		switch f.kind {
 		case fkDrop, fkConnection, fkTE, fkContentLength:
 			continue // Content-Length is written below, from the body forwarded
-		case fkXFF, fkXFProto, fkXFHost, fkForwarded, fkXRealIP:
-			if !c.trusted {
+		case fkXFF, fkForwarded:
+			continue // extended or replaced by writeForwarding
+		case fkXFProto, fkXFHost, fkXRealIP:
+			if !keep {
 				continue
-			}
-			switch f.kind {
-			case fkXFF:
-				priorXFF++
-				continue
-			case fkForwarded:
-				priorFwd++
-				continue
-			case fkXFProto:
-				hasXFP = true
-			case fkXFHost:
-				hasXFH = true
 			}
 		}
 		b = append(b, head[f.ns:f.ve]...) // name, colon, whitespace and value, as sent
@@ -259,40 +238,68 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 		b = strconv.AppendInt(b, int64(len(body)), 10)
 		b = append(b, "\r\n"...)
 	}
-	proto := "http"
-	if c.secure {
-		proto = "https"
-	}
-	b = append(b, "X-Forwarded-For: "...)
-	b = appendPrior(b, req, fkXFF, priorXFF)
-	b = append(b, c.ip...)
-	b = append(b, "\r\nForwarded: "...)
-	b = appendPrior(b, req, fkForwarded, priorFwd)
-	b = appendForwardedElement(b, c.ip, req.host, c.secure)
-	b = append(b, "\r\n"...)
-	if !hasXFP {
-		b = append(b, "X-Forwarded-Proto: "...)
-		b = append(b, proto...)
-		b = append(b, "\r\n"...)
-	}
-	if !hasXFH {
-		b = append(b, "X-Forwarded-Host: "...)
-		b = append(b, req.host...)
-		b = append(b, "\r\n"...)
-	}
+	fs.b = b
+	writeForwarding(fs, fs.f)
+	b = fs.b
+	fs.b, fs.req = nil, nil
 	b = append(b, "\r\n"...)
 	b = append(b, body...)
 	w.wb = b
 }
 
-// appendPrior appends the values of the n fields of kind k, each followed by ", ".
-func appendPrior(b []byte, req *h1Req, k uint8, n int) []byte {
-	if n == 0 {
+// h1FwdSink is a forwardingSink that appends to the fast path's outgoing head.
+type h1FwdSink struct {
+	b   []byte
+	req *h1Req
+	f   forwardedFor
+}
+
+func (s *h1FwdSink) has(k uint8) bool {
+	if !s.f.keepsClientForwarding() {
+		return false
+	}
+	for i := range s.req.fields {
+		if s.req.fields[i].kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *h1FwdSink) extendFor(ip string) {
+	s.b = append(s.b, "X-Forwarded-For: "...)
+	s.b = s.appendPrior(fkXFF)
+	s.b = append(s.b, ip...)
+	s.b = append(s.b, "\r\n"...)
+}
+
+func (s *h1FwdSink) extendForwarded(f forwardedFor) {
+	s.b = append(s.b, "Forwarded: "...)
+	s.b = s.appendPrior(fkForwarded)
+	s.b = appendForwardedElement(s.b, f.clientIP, f.host, f.https)
+	s.b = append(s.b, "\r\n"...)
+}
+
+func (s *h1FwdSink) set(k uint8, v string) {
+	if k == fkXFProto {
+		s.b = append(s.b, "X-Forwarded-Proto: "...)
+	} else {
+		s.b = append(s.b, "X-Forwarded-Host: "...)
+	}
+	s.b = append(s.b, v...)
+	s.b = append(s.b, "\r\n"...)
+}
+
+// appendPrior appends the client's values of the fields of kind k that survive, each
+// followed by ", ".
+func (s *h1FwdSink) appendPrior(k uint8) []byte {
+	b := s.b
+	if !s.f.keepsClientForwarding() {
 		return b
 	}
-	for i := range req.fields {
-		if f := &req.fields[i]; f.kind == k {
-			b = append(b, f.value(req.head)...)
+	for i := range s.req.fields {
+		if f := &s.req.fields[i]; f.kind == k {
+			b = append(b, f.value(s.req.head)...)
 			b = append(b, ", "...)
 		}
 	}

@@ -442,11 +442,8 @@ func requestFieldKind(name []byte) uint8 {
 			return fkHandoff
 		}
 	case 7:
-		switch {
-		case eqFold(name, "upgrade"):
+		if eqFold(name, "upgrade") {
 			return fkHandoff
-		case eqFold(name, "trailer"):
-			return fkDrop
 		}
 	case 9:
 		if eqFold(name, "forwarded") {
@@ -456,8 +453,6 @@ func requestFieldKind(name []byte) uint8 {
 		switch {
 		case eqFold(name, "connection"):
 			return fkConnection
-		case eqFold(name, "keep-alive"):
-			return fkDrop
 		}
 	}
 	switch {
@@ -473,9 +468,8 @@ func requestFieldKind(name []byte) uint8 {
 		return fkXFHost
 	case eqFold(name, "x-real-ip"):
 		return fkXRealIP
-	case eqFold(name, "proxy-connection"), eqFold(name, "proxy-authenticate"),
-		eqFold(name, "proxy-authorization"), eqFold(name, "http2-settings"):
-		return fkDrop
+	case isHopByHop(name):
+		return fkDrop // the rest of the one hop-by-hop list (headers.go)
 	case bytes.IndexByte(name, '_') >= 0 && forwardingLookalike(name):
 		return fkDrop
 	}
@@ -511,21 +505,19 @@ func forwardingLookalike[T string | []byte](name T) bool {
 
 func responseFieldKind(name []byte) uint8 {
 	switch len(name) {
-	case 2:
-		if eqFold(name, "te") {
-			return fkDrop
-		}
 	case 4:
 		if eqFold(name, "date") {
 			return fkDate
 		}
 	case 7:
-		// Trailer stays: chunked bodies, trailers included, pass through verbatim.
 		switch {
 		case eqFold(name, "alt-svc"):
 			return fkAltSvc
-		case eqFold(name, "upgrade"):
-			return fkDrop
+		case eqFold(name, "trailer"):
+			// The one exception to the hop-by-hop list: chunked bodies, trailers
+			// included, pass through verbatim, so the field announcing them stays
+			// (net/http's path drops it because net/http writes its own).
+			return fkOther
 		}
 	case 10:
 		switch {
@@ -543,10 +535,8 @@ func responseFieldKind(name []byte) uint8 {
 			return fkTransferEncoding
 		}
 	}
-	switch {
-	case eqFold(name, "proxy-connection"), eqFold(name, "proxy-authenticate"),
-		eqFold(name, "proxy-authorization"), eqFold(name, "http2-settings"):
-		return fkDrop
+	if isHopByHop(name) {
+		return fkDrop // the rest of the one hop-by-hop list (headers.go)
 	}
 	return fkOther
 }

@@ -95,9 +95,10 @@ type h1Work struct {
 	resFields [h1MaxFields]h1Field
 	wb        []byte
 	ubuf      [h1Headroom + h1UpBuf]byte
-	up        []byte // ubuf, or a larger buffer for a huge response head
-	resHead   int    // length of the response head in up[h1Headroom:]
-	filled    int    // bytes read into up[h1Headroom:]
+	up        []byte    // ubuf, or a larger buffer for a huge response head
+	resHead   int       // length of the response head in up[h1Headroom:]
+	filled    int       // bytes read into up[h1Headroom:]
+	fwd       h1FwdSink // buildRequest's forwarding-field sink
 }
 
 var h1Works = sync.Pool{New: func() any {

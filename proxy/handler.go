@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -162,9 +161,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		return
 	}
 	rs.entry = e
-	if cc := rs.cc; cc != nil && !cc.counted.Load() && cc.counted.CompareAndSwap(false, true) {
-		e.Stats.Connection()
-	} else if cc == nil && rs.proto == stats.ProtoHTTP3 {
+	if cc := rs.cc; cc != nil {
+		cc.attribute(e.Stats)
+	} else if rs.proto == stats.ProtoHTTP3 {
 		s.attributeHTTP3Request(r, e)
 	}
 	if !rs.secure && e.TLS != nil && e.TLS.RedirectHTTP {
@@ -191,15 +190,11 @@ func (s *Server) answer(w http.ResponseWriter, rs *reqState, o outcome) {
 	}
 }
 
-// redirect answers 308 to the same host (without its port) on the HTTPS listener, with
-// the same path and query.
+// redirect answers 308 to HTTPS (appendLocation).
 func (s *Server) redirect(w http.ResponseWriter, r *http.Request, rs *reqState) {
-	host := r.Host
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
-		host = host[:i]
-	}
+	loc := appendLocation(nil, r.Host, s.httpsPort, r.URL.RequestURI())
 	h := w.Header()
-	h["Location"] = []string{"https://" + host + s.httpsPort + r.URL.RequestURI()}
+	h["Location"] = []string{string(loc)}
 	h["Content-Length"] = valZero
 	w.WriteHeader(http.StatusPermanentRedirect)
 	rs.status = http.StatusPermanentRedirect

@@ -34,6 +34,34 @@ var hopHeaders = [...]string{
 	"Http2-Settings",
 }
 
+// isHopByHop reports whether name is in hopHeaders (ASCII case-insensitive): the one
+// list both paths drop from (the fast path classifies fields with it in h1parse.go).
+func isHopByHop[T string | []byte](name T) bool {
+	for _, h := range hopHeaders {
+		if len(h) == len(name) && eqFoldCanon(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// eqFoldCanon compares a field name with a canonical one, ASCII case-insensitively.
+func eqFoldCanon[T string | []byte](a T, b string) bool {
+	for i := 0; i < len(b); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
 // removeHopByHop deletes the hop-by-hop headers of h, including those its Connection
 // header names (but never Content-Length, Transfer-Encoding or Host: a request naming one
 // is refused before, and a response's framing is net/http's to write). It reports whether a TE header asked for trailers.
@@ -123,58 +151,107 @@ func (s *Server) isTrusted(ip string) bool {
 	return false
 }
 
-// The forwarding-field policy, the same on every path (setForwarded here for
-// http.Header, buildRequest in h1forward.go for the fast path's bytes; the differential
-// tests hold them together): from an untrusted client, X-Forwarded-For, -Proto, -Host,
+// The forwarding-field policy, decided here once for every front-end (each only
+// supplies a forwardingSink for its representation: http.Header here, the fast path's
+// bytes in h1forward.go). From an untrusted client, X-Forwarded-For, -Proto, -Host,
 // Forwarded and X-Real-Ip are dropped and the ingress's own written; from a trusted proxy
 // (--trusted-proxies), X-Forwarded-For and Forwarded are extended with this hop, and its
-// X-Forwarded-Proto, -Host and X-Real-Ip kept (written by us when absent).
-//
-// setForwarded writes X-Forwarded-For/-Proto/-Host and Forwarded (RFC 7239) into h.
-// From an untrusted client every such header it sent is replaced (and X-Real-Ip dropped);
-// from a trusted proxy the lists are extended and its Proto/Host kept. o holds the
-// one-element backing arrays so that the common case allocates only the Forwarded value.
+// X-Forwarded-Proto, -Host and X-Real-Ip kept (written by us when absent). Look-alikes
+// spelled with '_' (X_Forwarded_For) are never forwarded (forwardingLookalike).
+
+// keepsClientForwarding reports whether the client's own forwarding fields survive.
+func (f *forwardedFor) keepsClientForwarding() bool { return f.trusted }
+
+// forwardingSink is where writeForwarding puts the fields, in the front-end's form.
+type forwardingSink interface {
+	// has reports whether the forwarded request still carries a client field of kind k
+	// (fkXFProto or fkXFHost).
+	has(k uint8) bool
+	// extendFor writes X-Forwarded-For: the client's values that survive, then ip.
+	extendFor(ip string)
+	// extendForwarded writes Forwarded: the client's elements that survive, then ours
+	// (appendForwardedElement).
+	extendForwarded(f forwardedFor)
+	// set writes one field of kind k (fkXFProto or fkXFHost).
+	set(k uint8, v string)
+}
+
+// writeForwarding writes this hop's forwarding fields into s (after the client's
+// fields were dropped or kept as keepsClientForwarding says).
+func writeForwarding[S forwardingSink](s S, f forwardedFor) {
+	s.extendFor(f.clientIP)
+	s.extendForwarded(f)
+	if !s.has(fkXFProto) {
+		proto := "http"
+		if f.https {
+			proto = "https"
+		}
+		s.set(fkXFProto, proto)
+	}
+	if !s.has(fkXFHost) {
+		s.set(fkXFHost, f.host)
+	}
+}
+
+// setForwarded applies the policy to an http.Header. o holds the one-element backing
+// arrays so that the common case allocates only the Forwarded value.
 func setForwarded(h http.Header, f forwardedFor, o *outbound) {
 	for k := range h {
 		if strings.IndexByte(k, '_') >= 0 && forwardingLookalike(k) {
-			delete(h, k) // X_Forwarded_For and the like (h1parse.go)
+			delete(h, k)
 		}
 	}
+	if !f.keepsClientForwarding() {
+		for _, k := range [...]string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", "X-Real-Ip"} {
+			delete(h, k)
+		}
+	}
+	writeForwarding(headerSink{h, o}, f)
+}
+
+// headerSink is a forwardingSink for http.Header.
+type headerSink struct {
+	h http.Header
+	o *outbound
+}
+
+func (s headerSink) has(k uint8) bool {
+	if k == fkXFProto {
+		return len(s.h["X-Forwarded-Proto"]) > 0
+	}
+	return len(s.h["X-Forwarded-Host"]) > 0
+}
+
+func (s headerSink) extendFor(ip string) {
+	if prior := s.h["X-Forwarded-For"]; len(prior) > 0 {
+		s.h["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
+		return
+	}
+	s.o.xff[0] = ip
+	s.h["X-Forwarded-For"] = s.o.xff[:]
+}
+
+func (s headerSink) extendForwarded(f forwardedFor) {
 	elem := forwardedElement(f)
-	proto := valProtoHTTP
-	if f.https {
-		proto = valProtoHTTPS
+	if prior := s.h["Forwarded"]; len(prior) > 0 {
+		s.h["Forwarded"] = []string{strings.Join(prior, ", ") + ", " + elem}
+		return
 	}
-	if f.trusted {
-		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
-			h["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + f.clientIP}
+	s.o.fwd[0] = elem
+	s.h["Forwarded"] = s.o.fwd[:]
+}
+
+func (s headerSink) set(k uint8, v string) {
+	if k == fkXFProto {
+		if v == "https" {
+			s.h["X-Forwarded-Proto"] = valProtoHTTPS
 		} else {
-			o.xff[0] = f.clientIP
-			h["X-Forwarded-For"] = o.xff[:]
-		}
-		if prior := h["Forwarded"]; len(prior) > 0 {
-			h["Forwarded"] = []string{strings.Join(prior, ", ") + ", " + elem}
-		} else {
-			o.fwd[0] = elem
-			h["Forwarded"] = o.fwd[:]
-		}
-		if len(h["X-Forwarded-Proto"]) == 0 {
-			h["X-Forwarded-Proto"] = proto
-		}
-		if len(h["X-Forwarded-Host"]) == 0 {
-			o.xfh[0] = f.host
-			h["X-Forwarded-Host"] = o.xfh[:]
+			s.h["X-Forwarded-Proto"] = valProtoHTTP
 		}
 		return
 	}
-	delete(h, "X-Real-Ip")
-	o.xff[0] = f.clientIP
-	h["X-Forwarded-For"] = o.xff[:]
-	o.fwd[0] = elem
-	h["Forwarded"] = o.fwd[:]
-	h["X-Forwarded-Proto"] = proto
-	o.xfh[0] = f.host
-	h["X-Forwarded-Host"] = o.xfh[:]
+	s.o.xfh[0] = v
+	s.h["X-Forwarded-Host"] = s.o.xfh[:]
 }
 
 // forwardedElement builds `for=…;host=…;proto=…` (appendForwardedElement) in one

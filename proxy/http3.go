@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -63,9 +62,9 @@ type h3Server struct {
 
 // h3Conn is one QUIC connection's attribution state, kept in its requests' context.
 type h3Conn struct {
-	conn    *quic.Conn
-	sni     sync.Once   // the SNI attribution, once the handshake is complete
-	counted atomic.Bool // the connection was attributed to a hostname
+	conn            *quic.Conn
+	sni             sync.Once // the SNI attribution, once the handshake is complete
+	connAttribution           // counted once under a hostname
 }
 
 type h3ConnKey struct{}
@@ -249,8 +248,8 @@ func (s *Server) attributeSNI(hc *h3Conn) {
 	hc.sni.Do(func() {
 		name := hc.conn.ConnectionState().TLS.ServerName
 		if t := s.tables.Load(); t != nil {
-			if e := t.Lookup(name); e != nil && hc.counted.CompareAndSwap(false, true) {
-				e.Stats.Connection()
+			if e := t.Lookup(name); e != nil {
+				hc.attribute(e.Stats)
 			}
 		}
 	})
@@ -265,7 +264,5 @@ func (s *Server) attributeHTTP3Request(r *http.Request, e *routetable.Entry) {
 		return
 	}
 	s.attributeSNI(hc)
-	if hc.counted.CompareAndSwap(false, true) {
-		e.Stats.Connection()
-	}
+	hc.attribute(e.Stats)
 }
