@@ -9,7 +9,7 @@
 // # Hot paths
 //
 // HTTP/1.1 (plain and over TLS) starts at [h1Conn.run] (h1serve.go): one goroutine per
-// connection reads requests into its own buffer and parses them in place (h1parse.go);
+// connection reads requests into its own buffer and parses them in place (proxy/internal/h1wire);
 // [h1Conn.serveRequest] (h1forward.go) does one TableSource.Load, one Compiled.Lookup, a
 // target pick (targets.go), writes the request to a pooled target connection in one
 // write, parses the answer in place and relays it, head and first body bytes in one

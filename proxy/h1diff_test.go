@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-// Differential tests of the fast HTTP/1.1 path (h1serve.go, h1parse.go, h1forward.go)
+// Differential tests of the fast HTTP/1.1 path (h1serve.go, internal/h1wire, h1forward.go)
 // against the net/http path it replaced (handler.go, forward.go, headers.go): the same
 // client bytes go to two proxies built alike but for Server.h1Off, each with its own
 // recording target. What must agree, up to the differences listed in diffAccepted:
@@ -997,7 +997,7 @@ var diffAccepted = []struct {
 			"HEAD (the client reads it as bytes after the answer); the fast path answers with its fixed " +
 			"answer (errors.go). A head with an unsupported Transfer-Encoding that is malformed besides " +
 			"(Connection naming a framing field) is refused by both, but net/http's server judges the " +
-			"coding first (501), the fast path the rest of the head (400, h1parse.go). Nothing of the " +
+			"coding first (501), the fast path the rest of the head (400, internal/h1wire). Nothing of the " +
 			"request may reach the target on either side",
 		func(fast, std *diffObs) {
 			for i, f := range fast.Responses {

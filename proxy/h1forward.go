@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"io"
 	"math"
 	"net"
@@ -15,6 +14,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -27,9 +28,9 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	req := &w.req
 	c.now = time.Now()
 	c.served++
-	consumed := headLen + int(req.contentLength)
+	consumed := headLen + int(req.ContentLength)
 	body := c.rbuf[c.r+headLen : c.r+consumed]
-	c.closing = req.connClose
+	c.closing = req.ConnClose
 	s.totals.InFlight(1)
 
 	var (
@@ -42,10 +43,10 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	switch {
 	case t == nil:
 		status = c.answer(w, outcomeNoTable)
-	case c.secure && !c.cc.covers(unsafe.String(&req.host[0], len(req.host))):
+	case c.secure && !c.cc.covers(unsafe.String(&req.Host[0], len(req.Host))):
 		status = c.answer(w, outcomeMisdirected)
 	default:
-		e = t.Lookup(unsafe.String(&req.host[0], len(req.host)))
+		e = t.Lookup(unsafe.String(&req.Host[0], len(req.Host)))
 		switch {
 		case e == nil:
 			s.totals.UnknownHost()
@@ -97,7 +98,7 @@ func (c *h1Conn) answer(w *h1Work, o outcome) int {
 	}
 	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
-	if string(w.req.method()) != "HEAD" {
+	if string(w.req.Method()) != "HEAD" {
 		b = append(b, fa.body...)
 	}
 	w.wb = b
@@ -108,7 +109,7 @@ func (c *h1Conn) answer(w *h1Work, o outcome) int {
 // redirect answers 308 to HTTPS (appendLocation).
 func (c *h1Conn) redirect(w *h1Work) int {
 	b := append(w.wb[:0], "HTTP/1.1 308 Permanent Redirect\r\nLocation: "...)
-	b = appendLocation(b, w.req.host, c.s.httpsPort, w.req.target())
+	b = appendLocation(b, w.req.Host, c.s.httpsPort, w.req.Target())
 	b = append(b, "\r\nContent-Length: 0\r\n"...)
 	b = c.appendCommon(b, false)
 	b = append(b, "\r\n"...)
@@ -204,34 +205,34 @@ func (c *h1Conn) rawConn() syscall.RawConn {
 // fields without hop-by-hop ones, the forwarding fields, then the body.
 func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	req := &w.req
-	head := req.head
-	b := append(w.wb[:0], req.method()...)
+	head := req.Head
+	b := append(w.wb[:0], req.Method()...)
 	b = append(b, ' ')
-	b = append(b, req.target()...)
+	b = append(b, req.Target()...)
 	b = append(b, " HTTP/1.1\r\n"...)
 	fs := &w.fwd // in the connection's work area: nothing escapes per request
-	*fs = h1FwdSink{req: req, f: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.host), len(req.host)),
+	*fs = h1FwdSink{req: req, f: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)),
 		https: c.secure, trusted: c.trusted}}
 	keep := fs.f.keepsClientForwarding()
-	for i := range req.fields {
-		f := &req.fields[i]
-		switch f.kind {
-		case fkDrop, fkConnection, fkTE, fkContentLength:
+	for i := range req.Fields {
+		f := &req.Fields[i]
+		switch f.Kind {
+		case h1wire.KindDrop, h1wire.KindConnection, h1wire.KindTE, h1wire.KindContentLength:
 			continue // Content-Length is written below, from the body forwarded
-		case fkXFF, fkForwarded:
+		case h1wire.KindXFF, h1wire.KindForwarded:
 			continue // extended or replaced by writeForwarding
-		case fkXFProto, fkXFHost, fkXRealIP:
+		case h1wire.KindXFProto, h1wire.KindXFHost, h1wire.KindXRealIP:
 			if !keep {
 				continue
 			}
 		}
-		b = append(b, head[f.ns:f.ve]...) // name, colon, whitespace and value, as sent
+		b = append(b, head[f.NS:f.VE]...) // name, colon, whitespace and value, as sent
 		b = append(b, "\r\n"...)
 	}
-	if req.teTrailers {
+	if req.TETrailers {
 		b = append(b, "Te: trailers\r\n"...)
 	}
-	if req.hasCL || len(body) > 0 {
+	if req.HasCL || len(body) > 0 {
 		// The framing of what is forwarded is derived from the body forwarded, in
 		// canonical form, whatever the client's field looked like.
 		b = append(b, "Content-Length: "...)
@@ -250,7 +251,7 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 // h1FwdSink is a forwardingSink that appends to the fast path's outgoing head.
 type h1FwdSink struct {
 	b   []byte
-	req *h1Req
+	req *h1wire.Request
 	f   forwardedFor
 }
 
@@ -258,8 +259,8 @@ func (s *h1FwdSink) has(k uint8) bool {
 	if !s.f.keepsClientForwarding() {
 		return false
 	}
-	for i := range s.req.fields {
-		if s.req.fields[i].kind == k {
+	for i := range s.req.Fields {
+		if s.req.Fields[i].Kind == k {
 			return true
 		}
 	}
@@ -268,20 +269,20 @@ func (s *h1FwdSink) has(k uint8) bool {
 
 func (s *h1FwdSink) extendFor(ip string) {
 	s.b = append(s.b, "X-Forwarded-For: "...)
-	s.b = s.appendPrior(fkXFF)
+	s.b = s.appendPrior(h1wire.KindXFF)
 	s.b = append(s.b, ip...)
 	s.b = append(s.b, "\r\n"...)
 }
 
 func (s *h1FwdSink) extendForwarded(f forwardedFor) {
 	s.b = append(s.b, "Forwarded: "...)
-	s.b = s.appendPrior(fkForwarded)
+	s.b = s.appendPrior(h1wire.KindForwarded)
 	s.b = appendForwardedElement(s.b, f.clientIP, f.host, f.https)
 	s.b = append(s.b, "\r\n"...)
 }
 
 func (s *h1FwdSink) set(k uint8, v string) {
-	if k == fkXFProto {
+	if k == h1wire.KindXFProto {
 		s.b = append(s.b, "X-Forwarded-Proto: "...)
 	} else {
 		s.b = append(s.b, "X-Forwarded-Host: "...)
@@ -297,9 +298,9 @@ func (s *h1FwdSink) appendPrior(k uint8) []byte {
 	if !s.f.keepsClientForwarding() {
 		return b
 	}
-	for i := range s.req.fields {
-		if f := &s.req.fields[i]; f.kind == k {
-			b = append(b, f.value(s.req.head)...)
+	for i := range s.req.Fields {
+		if f := &s.req.Fields[i]; f.Kind == k {
+			b = append(b, f.Value(s.req.Head)...)
 			b = append(b, ", "...)
 		}
 	}
@@ -334,15 +335,15 @@ func (c *h1Conn) exchange(w *h1Work, addr string) (*upstream.Conn, error) {
 }
 
 // replayable applies upstream.Replayable to req.
-func replayable(req *h1Req) bool {
+func replayable(req *h1wire.Request) bool {
 	keyed := false
-	for i := range req.fields {
-		if upstream.IdempotencyKey(req.fields[i].name(req.head)) {
+	for i := range req.Fields {
+		if upstream.IdempotencyKey(req.Fields[i].Name(req.Head)) {
 			keyed = true
 			break
 		}
 	}
-	return upstream.Replayable(string(req.method()), req.contentLength > 0, keyed)
+	return upstream.Replayable(string(req.Method()), req.ContentLength > 0, keyed)
 }
 
 // roundTrip writes the request and reads the response head (skipping 1xx interim
@@ -365,21 +366,21 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upstream.Conn) error {
 	var rerr error
 	for n1xx := 0; ; {
 		// A head may already be buffered (a 1xx and the final answer in one segment).
-		if hl := headEnd(buf[:filled], scanned); hl >= 0 {
-			err := parseResponse(&w.res, buf[:hl], w.resFields[:])
-			if err == errTooManyFields {
+		if hl := h1wire.HeadEnd(buf[:filled], scanned); hl >= 0 {
+			err := h1wire.ParseResponse(&w.res, buf[:hl], w.resFields[:])
+			if err == h1wire.ErrTooManyFields {
 				// Rare: parse again with room for every line the head can hold.
-				err = parseResponse(&w.res, buf[:hl], make([]h1Field, 0, hl/4))
+				err = h1wire.ParseResponse(&w.res, buf[:hl], make([]h1wire.Field, 0, hl/4))
 			}
-			if err == nil && w.res.status < 200 {
+			if err == nil && w.res.Status < 200 {
 				n1xx++
-				err = ps.Interim(w.res.status, n1xx)
+				err = ps.Interim(w.res.Status, n1xx)
 			}
 			if err != nil {
 				uc.Close()
 				return err
 			}
-			if w.res.status < 200 {
+			if w.res.Status < 200 {
 				filled = copy(buf, buf[hl:filled])
 				scanned = 0
 				continue
@@ -389,7 +390,7 @@ func (c *h1Conn) roundTrip(w *h1Work, uc *upstream.Conn) error {
 		}
 		if scanned < filled && bytes.Contains(buf[max(scanned-1, 0):filled], lflf) {
 			uc.Close()
-			return errBadResponse // bare LF line ends: refused at once, not at the header timeout
+			return h1wire.ErrBadResponse // bare LF line ends: refused at once, not at the header timeout
 		}
 		scanned = filled
 		if rerr != nil {
@@ -445,53 +446,53 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 	res := &w.res
 	frame := frameClose
 	switch {
-	case string(w.req.method()) == "HEAD" || res.status == 204 || res.status == 304:
+	case string(w.req.Method()) == "HEAD" || res.Status == 204 || res.Status == 304:
 		frame = frameNone
-	case res.chunked:
+	case res.Chunked:
 		frame = frameChunked
-	case res.contentLength >= 0:
+	case res.ContentLength >= 0:
 		frame = frameLength
 	}
-	keepUp := !res.connClose && frame != frameClose
+	keepUp := !res.ConnClose && frame != frameClose
 
 	// The head.
-	head := res.head
+	head := res.Head
 	b := append(w.wb[:0], "HTTP/1.1 "...)
-	b = append(b, head[len("HTTP/1.1 "):res.reasonE]...)
+	b = append(b, head[len("HTTP/1.1 "):res.ReasonE]...)
 	b = append(b, "\r\n"...)
-	for i := range res.fields {
-		f := &res.fields[i]
-		switch f.kind {
-		case fkDrop, fkConnection, fkKeepAlive, fkTransferEncoding, fkContentLength:
+	for i := range res.Fields {
+		f := &res.Fields[i]
+		switch f.Kind {
+		case h1wire.KindDrop, h1wire.KindConnection, h1wire.KindKeepAlive, h1wire.KindTransferEncoding, h1wire.KindContentLength:
 			continue // framing is written below, from what we relay
-		case fkAltSvc:
+		case h1wire.KindAltSvc:
 			if c.altSvc {
 				continue // we are the origin the client talks to
 			}
 		}
-		b = append(b, head[f.ns:f.ve]...)
+		b = append(b, head[f.NS:f.VE]...)
 		b = append(b, "\r\n"...)
 	}
 	switch {
 	case frame == frameChunked || frame == frameClose:
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	case res.contentLength >= 0:
+	case res.ContentLength >= 0:
 		// The body's length (or, for HEAD and 304, the length the target states), in
 		// canonical form.
 		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, res.contentLength, 10)
+		b = strconv.AppendInt(b, res.ContentLength, 10)
 		b = append(b, "\r\n"...)
 	}
-	b = c.appendCommon(b, res.hasDate)
+	b = c.appendCommon(b, res.HasDate)
 	b = append(b, "\r\n"...)
 	w.wb = b
 
 	buf := w.up[h1Headroom:]
 	start := w.resHead
 	got := buf[start:w.filled] // body bytes that came with the head
-	status = res.status
+	status = res.Status
 
-	var sc chunkScanner
+	var sc h1wire.ChunkScanner
 	var remaining int64
 	var first []byte
 	done := false
@@ -500,13 +501,13 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 		done = true
 		keepUp = keepUp && len(got) == 0
 	case frameLength:
-		remaining = res.contentLength
+		remaining = res.ContentLength
 		k := min(int64(len(got)), remaining)
 		first, remaining = got[:k], remaining-k
-		keepUp = keepUp && int64(len(got)) <= res.contentLength
+		keepUp = keepUp && int64(len(got)) <= res.ContentLength
 		done = remaining == 0
 	case frameChunked:
-		n, fin, err := sc.scan(got)
+		n, fin, err := sc.Scan(got)
 		if err != nil {
 			// Nothing reached the client yet: it gets a 502 instead of a broken body.
 			uc.Close()
@@ -559,7 +560,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 				chunk, remaining = chunk[:k], remaining-k
 				done = remaining == 0
 			case frameChunked:
-				n, fin, err := sc.scan(chunk)
+				n, fin, err := sc.Scan(chunk)
 				if err != nil {
 					return c.brokenBody(uc, e, status, err)
 				}
@@ -630,13 +631,13 @@ func appendChunk(b, data []byte) []byte {
 // logAccess writes the request's access-log line. The strings are copies: the bytes are
 // the connection's buffer, which the next request overwrites, and a core may keep fields
 // past the call.
-func (c *h1Conn) logAccess(req *h1Req, e *routetable.Entry, status int, in, out int64) {
-	host := string(req.host)
+func (c *h1Conn) logAccess(req *h1wire.Request, e *routetable.Entry, status int, in, out int64) {
+	host := string(req.Host)
 	if e != nil {
 		host = e.Hostname
 	}
-	path, query, _ := bytes.Cut(req.target(), []byte{'?'})
-	c.s.logAccess(&accessRecord{host: host, method: string(req.method()), path: string(path), query: string(query),
+	path, query, _ := bytes.Cut(req.Target(), []byte{'?'})
+	c.s.logAccess(&accessRecord{host: host, method: string(req.Method()), path: string(path), query: string(query),
 		status: status, in: in, out: out, start: c.now, client: c.cc.RemoteAddr().String(),
 		backend: c.backend, proto: stats.ProtoHTTP1, err: c.err})
 }

@@ -10,16 +10,16 @@ import (
 	"syscall"
 	"time"
 
-	"go.uber.org/zap"
-
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
+	"go.uber.org/zap"
 )
 
 // The fast HTTP/1.1 path.
 //
 // Every TCP connection (plain or TLS) starts here, on one goroutine that reads requests
-// into its own buffer, parses them in place (h1parse.go), forwards them to a target over
+// into its own buffer, parses them in place (proxy/internal/h1wire), forwards them to a target over
 // the lean upstream's pooled connections and relays the answer (h1forward.go): no
 // goroutine hand-off, no header maps, no background read per request, one write per
 // response when it fits. This is what makes HTTP/1.1 keep-alive traffic cheap (see
@@ -89,10 +89,10 @@ type h1Conn struct {
 // h1Work is what one request needs beyond the connection: parsed heads, the outgoing
 // buffer and the upstream read buffer. It is pooled, so idle connections hold none.
 type h1Work struct {
-	req       h1Req
-	res       h1Res
-	reqFields [h1MaxFields]h1Field
-	resFields [h1MaxFields]h1Field
+	req       h1wire.Request
+	res       h1wire.Response
+	reqFields [h1wire.MaxFields]h1wire.Field
+	resFields [h1wire.MaxFields]h1wire.Field
 	wb        []byte
 	ubuf      [h1Headroom + h1UpBuf]byte
 	up        []byte    // ubuf, or a larger buffer for a huge response head
@@ -110,7 +110,7 @@ var h1Works = sync.Pool{New: func() any {
 func getWork() *h1Work { return h1Works.Get().(*h1Work) }
 
 func putWork(w *h1Work) {
-	w.req, w.res = h1Req{}, h1Res{}
+	w.req, w.res = h1wire.Request{}, h1wire.Response{}
 	w.up = w.ubuf[:]
 	if cap(w.wb) > 64<<10 {
 		w.wb = make([]byte, 0, 4<<10)
@@ -257,13 +257,13 @@ func (c *h1Conn) run() (handoff bool) {
 			return n == h1HandOff
 		}
 		w := getWork()
-		switch parseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
-		case h1Fast:
-			if !c.secure && s.cfg.HTTPChallenge != nil && isACMEChallenge(w.req.target()) {
+		switch h1wire.ParseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
+		case h1wire.Fast:
+			if !c.secure && s.cfg.HTTPChallenge != nil && isACMEChallenge(w.req.Target()) {
 				putWork(w)
 				return true // Config.HTTPChallenge is asked on net/http's path (handler.go)
 			}
-		case h1Other:
+		case h1wire.Other:
 			if (c.secure || c.served > 0) && bytes.HasPrefix(c.rbuf[c.r:c.w], []byte(h2PrefacePrefix)) {
 				// Prior-knowledge HTTP/2 starts a plain connection or nothing: not the
 				// middle of an HTTP/1.1 one, nor TLS that did not negotiate h2.
@@ -285,14 +285,14 @@ func (c *h1Conn) run() (handoff bool) {
 			putWork(w)
 			return false
 		}
-		if cl := w.req.contentLength; cl > 0 {
+		if cl := w.req.ContentLength; cl > 0 {
 			if int64(n)+cl > int64(len(c.rbuf)) {
 				putWork(w)
 				return true // a larger body streams through net/http
 			}
 			if c.r+n+int(cl) > len(c.rbuf) {
 				c.compact()
-				parseRequest(&w.req, c.rbuf[:n], w.reqFields[:])
+				h1wire.ParseRequest(&w.req, c.rbuf[:n], w.reqFields[:])
 			}
 			if err := c.readBody(c.r + n + int(cl)); err != nil {
 				var ne net.Error
@@ -379,7 +379,7 @@ func (c *h1Conn) readHead() int {
 	}
 	for {
 		if c.w > c.r {
-			if n := headEnd(c.rbuf[c.r:c.w], c.scanned); n >= 0 {
+			if n := h1wire.HeadEnd(c.rbuf[c.r:c.w], c.scanned); n >= 0 {
 				c.scanned = 0
 				return n
 			}
@@ -414,7 +414,7 @@ func (c *h1Conn) readHead() int {
 		if err != nil {
 			if nr > 0 && c.w > c.r {
 				// Data and an error together: serve what is complete, then stop.
-				if headEnd(c.rbuf[c.r:c.w], 0) >= 0 {
+				if h1wire.HeadEnd(c.rbuf[c.r:c.w], 0) >= 0 {
 					continue
 				}
 			}
@@ -433,11 +433,11 @@ func headGarbled(b []byte, from int) bool {
 		from++
 	}
 	b = b[from:]
-	if hasBareLineEnd(b) {
+	if h1wire.HasBareLineEnd(b) {
 		return true
 	}
 	for _, c := range b {
-		if c != '\r' && c != '\n' && badValueByte[c] {
+		if c != '\r' && c != '\n' && h1wire.BadValueByte[c] {
 			return true
 		}
 	}

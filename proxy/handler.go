@@ -5,6 +5,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -111,10 +112,10 @@ func breaksRequestLine(s string) bool {
 // is not a token, a query holding a byte no request line may hold, a Connection
 // option naming a framing field or Host (RFC 9110 §7.6.1 forbids it, and honouring it
 // would forward a head framed or routed otherwise than it was read), an absolute-form
-// target with an empty authority, or a Host whose port is not a number. The fast path's parser (h1parse.go) applies the same rules.
+// target with an empty authority, or a Host whose port is not a number. The fast path's parser (proxy/internal/h1wire) applies the same rules.
 func malformed(r *http.Request) bool {
 	for _, v := range r.Header["Connection"] {
-		if namesProtectedField(unsafe.Slice(unsafe.StringData(v), len(v))) {
+		if h1wire.NamesProtectedField(unsafe.Slice(unsafe.StringData(v), len(v))) {
 			return true
 		}
 	}
@@ -126,7 +127,7 @@ func malformed(r *http.Request) bool {
 	if r.ProtoMajor == 1 && r.URL.Scheme != "" && r.URL.Host == "" {
 		return true // "http:///x": RFC 9110 §4.2.1 makes an empty authority invalid, and Host may not stand in for it
 	}
-	return !validHostPort(r.Host)
+	return !h1wire.ValidHostPort(r.Host)
 }
 
 func protoOf(r *http.Request) stats.Proto {

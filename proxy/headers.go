@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -18,49 +19,6 @@ var (
 	valProtoHTTP  = []string{"http"}
 	valProtoHTTPS = []string{"https"}
 )
-
-// hopHeaders are removed in both directions (RFC 9110 7.6.1 plus the usual proxy ones).
-// Upgrade and Connection are restored for a WebSocket upgrade.
-var hopHeaders = [...]string{
-	"Connection",
-	"Keep-Alive",
-	"Proxy-Connection",
-	"Proxy-Authenticate",
-	"Proxy-Authorization",
-	"Te",
-	"Trailer", // net/http writes the Trailer header itself from Request/Response.Trailer
-	"Transfer-Encoding",
-	"Upgrade",
-	"Http2-Settings",
-}
-
-// isHopByHop reports whether name is in hopHeaders (ASCII case-insensitive): the one
-// list both paths drop from (the fast path classifies fields with it in h1parse.go).
-func isHopByHop[T string | []byte](name T) bool {
-	for _, h := range hopHeaders {
-		if len(h) == len(name) && eqFoldCanon(name, h) {
-			return true
-		}
-	}
-	return false
-}
-
-// eqFoldCanon compares a field name with a canonical one, ASCII case-insensitively.
-func eqFoldCanon[T string | []byte](a T, b string) bool {
-	for i := 0; i < len(b); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
 
 // removeHopByHop deletes the hop-by-hop headers of h, including those its Connection
 // header names (but never Content-Length, Transfer-Encoding or Host: a request naming one
@@ -85,7 +43,7 @@ func removeHopByHop(h http.Header) (teTrailers bool) {
 			h.Del(tok)
 		}
 	}
-	for _, k := range hopHeaders {
+	for _, k := range h1wire.HopByHop {
 		delete(h, k)
 	}
 	return teTrailers
@@ -181,15 +139,15 @@ type forwardingSink interface {
 func writeForwarding[S forwardingSink](s S, f forwardedFor) {
 	s.extendFor(f.clientIP)
 	s.extendForwarded(f)
-	if !s.has(fkXFProto) {
+	if !s.has(h1wire.KindXFProto) {
 		proto := "http"
 		if f.https {
 			proto = "https"
 		}
-		s.set(fkXFProto, proto)
+		s.set(h1wire.KindXFProto, proto)
 	}
-	if !s.has(fkXFHost) {
-		s.set(fkXFHost, f.host)
+	if !s.has(h1wire.KindXFHost) {
+		s.set(h1wire.KindXFHost, f.host)
 	}
 }
 
@@ -197,7 +155,7 @@ func writeForwarding[S forwardingSink](s S, f forwardedFor) {
 // arrays so that the common case allocates only the Forwarded value.
 func setForwarded(h http.Header, f forwardedFor, o *outbound) {
 	for k := range h {
-		if strings.IndexByte(k, '_') >= 0 && forwardingLookalike(k) {
+		if strings.IndexByte(k, '_') >= 0 && h1wire.ForwardingLookalike(k) {
 			delete(h, k)
 		}
 	}
@@ -216,7 +174,7 @@ type headerSink struct {
 }
 
 func (s headerSink) has(k uint8) bool {
-	if k == fkXFProto {
+	if k == h1wire.KindXFProto {
 		return len(s.h["X-Forwarded-Proto"]) > 0
 	}
 	return len(s.h["X-Forwarded-Host"]) > 0
@@ -242,7 +200,7 @@ func (s headerSink) extendForwarded(f forwardedFor) {
 }
 
 func (s headerSink) set(k uint8, v string) {
-	if k == fkXFProto {
+	if k == h1wire.KindXFProto {
 		if v == "https" {
 			s.h["X-Forwarded-Proto"] = valProtoHTTPS
 		} else {
@@ -292,7 +250,7 @@ func isToken[T string | []byte](s T) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !tchar[s[i]] {
+		if !h1wire.Tchar[s[i]] {
 			return false
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 )
 
 // FuzzHeaderRewrite feeds client-controlled values (Connection tokens, Host, RemoteAddr)
@@ -16,7 +18,7 @@ func FuzzHeaderRewrite(f *testing.F) {
 	f.Fuzz(func(t *testing.T, conn, host, remote, te string) {
 		h := http.Header{"Connection": {conn}, "X-Foo": {"1"}, "Te": {te}, "Upgrade": {"h2c"}, "Keep-Alive": {"1"}}
 		removeHopByHop(h)
-		for _, k := range hopHeaders {
+		for _, k := range h1wire.HopByHop {
 			if _, ok := h[k]; ok {
 				t.Fatalf("%s survived", k)
 			}

@@ -1,70 +1,84 @@
-package proxy
+// Package h1wire is the HTTP/1.1 wire code of the proxy's fast path: the request and
+// response head parsers, the chunked-body scanner and the one list of hop-by-hop fields.
+// It knows nothing of routes, statistics or listeners: it reads bytes in place and
+// reports spans into them, allocating nothing.
+//
+// # Hot path
+//
+// [HeadEnd] finds a head's end, [ParseRequest] classifies every field ([Field.Kind])
+// and gives a [Verdict]; [ParseResponse] and [ChunkScanner.Scan] read what targets send.
+// The proxy's fast path (proxy/h1serve.go, proxy/h1forward.go) calls them per request.
+//
+// The fuzzers here (FuzzH1RequestSubset, FuzzChunkScanner) hold the parsers to the
+// standard library's reading; proxy's FuzzH1FastPathMatchesNetHTTP compares what
+// targets receive through both HTTP/1.1 paths.
+package h1wire
 
 import (
 	"bytes"
 	"errors"
 )
 
-// Parsing for the fast HTTP/1.1 path (h1serve.go). The request parser accepts a strict
+// Parsing for the fast HTTP/1.1 path (proxy/h1serve.go). The request parser accepts a strict
 // subset of HTTP/1.1 and reports everything else as "not fast", which hands the
 // connection to net/http: what we accept, net/http would accept with the same meaning
 // (FuzzH1RequestSubset checks this), so request smuggling defences for the unusual cases
 // stay the standard library's. The response parser reads what targets send back and
 // fails (502) on anything it cannot frame unambiguously.
 
-// h1MaxFields is the most header fields a request or response may have on the fast path.
-const h1MaxFields = 100
+// MaxFields is the most header fields a request or response may have on the fast path.
+const MaxFields = 100
 
 // field kinds: how a header field is treated when it is forwarded.
 const (
-	fkOther uint8 = iota
-	fkDrop        // hop-by-hop, or named by Connection: never forwarded
-	fkHost
-	fkContentLength
-	fkConnection
-	fkTE
-	fkXFF
-	fkXFProto
-	fkXFHost
-	fkForwarded
-	fkXRealIP
-	fkDate
-	fkAltSvc
-	fkTransferEncoding
-	fkKeepAlive
+	KindOther uint8 = iota
+	KindDrop        // hop-by-hop, or named by Connection: never forwarded
+	KindHost
+	KindContentLength
+	KindConnection
+	KindTE
+	KindXFF
+	KindXFProto
+	KindXFHost
+	KindForwarded
+	KindXRealIP
+	KindDate
+	KindAltSvc
+	KindTransferEncoding
+	KindKeepAlive
 )
 
-// h1Field is one header field as offsets into the head it was parsed from.
-type h1Field struct {
-	ns, ne, vs, ve uint32
-	kind           uint8
+// Field is one header field as offsets into the head it was parsed from.
+type Field struct {
+	NS, NE, VS, VE uint32
+	Kind           uint8
 }
 
-func (f *h1Field) name(b []byte) []byte  { return b[f.ns:f.ne] }
-func (f *h1Field) value(b []byte) []byte { return b[f.vs:f.ve] }
+func (f *Field) Name(b []byte) []byte  { return b[f.NS:f.NE] }
+func (f *Field) Value(b []byte) []byte { return b[f.VS:f.VE] }
 
-// h1Req is a parsed request head. Spans index the head bytes.
-type h1Req struct {
-	head           []byte
-	methodEnd      uint32 // method is head[:methodEnd]
-	targetS        uint32 // target is head[targetS:targetE]
-	targetE        uint32
-	lineEnd        uint32 // the fields start here
-	host           []byte
-	contentLength  int64
-	hasCL          bool // the client sent Content-Length (forwarded as len(body))
-	http11         bool // the request line says HTTP/1.1
-	connClose      bool
-	teTrailers     bool
-	hasProxyFields bool // X-Forwarded-*, Forwarded or X-Real-Ip came from the client
-	fields         []h1Field
+// Request is a parsed request head. Spans index the head bytes.
+type Request struct {
+	Head           []byte
+	MethodEnd      uint32 // method is head[:methodEnd]
+	TargetS        uint32 // target is head[targetS:targetE]
+	TargetE        uint32
+	LineEnd        uint32 // the fields start here
+	Host           []byte
+	ContentLength  int64
+	HasCL          bool // the client sent Content-Length (forwarded as len(body))
+	HTTP11         bool // the request line says HTTP/1.1
+	ConnClose      bool
+	TETrailers     bool
+	HasProxyFields bool // X-Forwarded-*, Forwarded or X-Real-Ip came from the client
+	Fields         []Field
 }
 
-func (r *h1Req) method() []byte { return r.head[:r.methodEnd] }
-func (r *h1Req) target() []byte { return r.head[r.targetS:r.targetE] }
+func (r *Request) Method() []byte { return r.Head[:r.MethodEnd] }
+func (r *Request) Target() []byte { return r.Head[r.TargetS:r.TargetE] }
 
-// tchar is RFC 9110's token alphabet.
-var tchar = func() (t [256]bool) {
+// Tchar is RFC 9110's token alphabet.
+var Tchar = func() (t [256]bool) {
 	for c := '0'; c <= '9'; c++ {
 		t[c] = true
 	}
@@ -77,8 +91,8 @@ var tchar = func() (t [256]bool) {
 	return t
 }()
 
-// badValueByte: control bytes other than HTAB, and DEL, which no field value may hold.
-var badValueByte = func() (t [256]bool) {
+// BadValueByte: control bytes other than HTAB, and DEL, which no field value may hold.
+var BadValueByte = func() (t [256]bool) {
 	for c := 0; c < 0x20; c++ {
 		t[c] = c != '\t'
 	}
@@ -100,9 +114,9 @@ var hostByte = func() (t [256]bool) {
 	return t
 }()
 
-// headEnd returns the length of the head at the start of b (through the blank line), or
+// HeadEnd returns the length of the head at the start of b (through the blank line), or
 // -1 when b holds no complete head yet. from is where an earlier call stopped looking.
-func headEnd(b []byte, from int) int {
+func HeadEnd(b []byte, from int) int {
 	from = max(from-3, 0)
 	if i := bytes.Index(b[from:], crlfcrlf); i >= 0 {
 		return from + i + 4
@@ -112,152 +126,152 @@ func headEnd(b []byte, from int) int {
 
 var crlfcrlf = []byte("\r\n\r\n")
 
-// h1Verdict is what the request parser decided about a head.
-type h1Verdict uint8
+// Verdict is what the request parser decided about a head.
+type Verdict uint8
 
 const (
-	// h1Fast: within the fast path's subset; served here.
-	h1Fast h1Verdict = iota
-	// h1Other: well-formed as far as the fast path can tell but outside its subset
+	// Fast: within the fast path's subset; served here.
+	Fast Verdict = iota
+	// Other: well-formed as far as the fast path can tell but outside its subset
 	// (another version, another target form, Transfer-Encoding, Expect, Upgrade,
 	// obsolete line folding, too many fields): net/http serves the connection from here.
-	h1Other
-	// h1Bad: malformed or ambiguous framing or routing (bare CR or LF, control bytes, a
+	Other
+	// Bad: malformed or ambiguous framing or routing (bare CR or LF, control bytes, a
 	// bad field name, Connection naming a framing field or Host, Content-Length with
 	// Transfer-Encoding, a malformed or conflicting Content-Length, a missing, repeated or
 	// malformed Host): answered 400 here and the connection closed. Nothing of it reaches
 	// a target, and net/http never gets to read the rest of the stream differently.
-	h1Bad
+	Bad
 )
 
-// parseRequest parses head, a complete request head ending in CRLF CRLF, into r using
+// ParseRequest parses head, a complete request head ending in CRLF CRLF, into r using
 // fields as storage, and judges it (h1Verdict). The whole head is read before a verdict
 // of h1Other is given, so that a head that is also malformed is refused here whatever
 // would have sent it to net/http.
-func parseRequest(r *h1Req, head []byte, fields []h1Field) h1Verdict {
-	*r = h1Req{head: head, contentLength: 0, fields: fields[:0]}
+func ParseRequest(r *Request, head []byte, fields []Field) Verdict {
+	*r = Request{Head: head, ContentLength: 0, Fields: fields[:0]}
 	v := parseRequestLine(r, head)
-	if v == h1Bad {
-		return h1Bad
+	if v == Bad {
+		return Bad
 	}
-	i := int(r.lineEnd)
+	i := int(r.LineEnd)
 	hosts := 0
 	var sawTE, clDiffers, longCL bool
 	for {
 		if i+1 >= len(head) {
-			return h1Bad
+			return Bad
 		}
 		if head[i] == '\r' && head[i+1] == '\n' {
 			break // the blank line ends the head
 		}
 		f, next, fv := parseField(head, i)
 		switch fv {
-		case h1Bad:
-			return h1Bad
-		case h1Other:
+		case Bad:
+			return Bad
+		case Other:
 			// Obsolete line folding: net/http's to judge. The rest of the head is still
 			// read here, so that what the fast path refuses (Content-Length beside a
 			// folded Transfer-Encoding, say) is refused whatever the folding.
 			e := bytes.Index(head[i:], []byte("\r\n"))
-			if e < 0 || scanRestBad(head[i:i+e+2]) == h1Bad {
-				return h1Bad
+			if e < 0 || scanRestBad(head[i:i+e+2]) == Bad {
+				return Bad
 			}
 			i += e + 2
-			v = max(v, h1Other)
+			v = max(v, Other)
 			continue
 		}
 		i = next
-		name, val := f.name(head), f.value(head)
-		f.kind = requestFieldKind(name)
-		switch f.kind {
-		case fkHandoff:
-			v = max(v, h1Other)
-		case fkTransferEncoding:
+		name, val := f.Name(head), f.Value(head)
+		f.Kind = requestFieldKind(name)
+		switch f.Kind {
+		case KindHandoff:
+			v = max(v, Other)
+		case KindTransferEncoding:
 			sawTE = true
-			v = max(v, h1Other)
-		case fkHost:
+			v = max(v, Other)
+		case KindHost:
 			hosts++
-			r.host = val
-		case fkContentLength:
+			r.Host = val
+		case KindContentLength:
 			n, ok := parseContentLength(val)
 			if !ok {
 				if len(val) > 0 && allDigits(val) {
-					v = max(v, h1Other) // long, maybe valid: net/http's call
+					v = max(v, Other) // long, maybe valid: net/http's call
 					longCL = true
 					continue
 				}
-				return h1Bad // empty, signed, hex, spaces: never a length
+				return Bad // empty, signed, hex, spaces: never a length
 			}
-			if r.hasCL && n != r.contentLength {
+			if r.HasCL && n != r.ContentLength {
 				clDiffers = true
-			} else if r.hasCL {
-				v = max(v, h1Other) // a repeated equal value: net/http folds it
+			} else if r.HasCL {
+				v = max(v, Other) // a repeated equal value: net/http folds it
 			}
-			r.hasCL, r.contentLength = true, n
-		case fkConnection:
+			r.HasCL, r.ContentLength = true, n
+		case KindConnection:
 			if hasConnToken(val, "close") {
-				r.connClose = true
+				r.ConnClose = true
 			}
-			if namesProtectedField(val) {
-				return h1Bad
+			if NamesProtectedField(val) {
+				return Bad
 			}
-		case fkXFF, fkXFProto, fkXFHost, fkForwarded, fkXRealIP:
-			r.hasProxyFields = true
+		case KindXFF, KindXFProto, KindXFHost, KindForwarded, KindXRealIP:
+			r.HasProxyFields = true
 		}
-		if len(r.fields) == cap(r.fields) {
-			v = max(v, h1Other) // more fields than the fast path keeps: judged, not kept
+		if len(r.Fields) == cap(r.Fields) {
+			v = max(v, Other) // more fields than the fast path keeps: judged, not kept
 			continue
 		}
-		r.fields = append(r.fields, f)
+		r.Fields = append(r.Fields, f)
 	}
 	switch {
-	case clDiffers, sawTE && (r.hasCL || longCL), sawTE && !r.http11, hosts > 1:
+	case clDiffers, sawTE && (r.HasCL || longCL), sawTE && !r.HTTP11, hosts > 1:
 		// (Transfer-Encoding in an HTTP/1.0 request: RFC 9112 §6.1 makes its framing
 		// faulty, and net/http would ignore the field.)
-		return h1Bad
+		return Bad
 	case hosts == 0:
-		if r.http11 {
-			return h1Bad // RFC 9112 §3.2: an HTTP/1.1 request without Host
+		if r.HTTP11 {
+			return Bad // RFC 9112 §3.2: an HTTP/1.1 request without Host
 		}
-		return max(v, h1Other) // HTTP/1.0, the h2c preface: net/http's call
-	case len(r.host) == 0:
-		return max(v, h1Other) // an empty Host routes nowhere: net/http answers it
-	case !validHost(r.host):
-		return h1Bad
+		return max(v, Other) // HTTP/1.0, the h2c preface: net/http's call
+	case len(r.Host) == 0:
+		return max(v, Other) // an empty Host routes nowhere: net/http answers it
+	case !validHost(r.Host):
+		return Bad
 	}
 	// TE is hop-by-hop and regenerated (RFC 9110 §10.1.4 has clients name it in
 	// Connection too): read before Connection options mark it dropped.
-	for j := range r.fields {
-		if f := &r.fields[j]; f.kind == fkTE && hasTokenBytes(f.value(head), "trailers") {
-			r.teTrailers = true
+	for j := range r.Fields {
+		if f := &r.Fields[j]; f.Kind == KindTE && hasTokenBytes(f.Value(head), "trailers") {
+			r.TETrailers = true
 		}
 	}
-	dropConnectionNamed(head, r.fields)
+	dropConnectionNamed(head, r.Fields)
 	return v
 }
 
 // parseRequestLine parses "method SP target SP version CRLF" at the start of head and
 // sets r's spans and lineEnd. Only origin-form targets and HTTP/1.1 are fast.
-func parseRequestLine(r *h1Req, head []byte) h1Verdict {
+func parseRequestLine(r *Request, head []byte) Verdict {
 	i := 0
-	for i < len(head) && tchar[head[i]] {
+	for i < len(head) && Tchar[head[i]] {
 		i++
 	}
 	if i == 0 || i >= len(head) || head[i] != ' ' {
-		return h1Bad // no method, or a byte no method may hold
+		return Bad // no method, or a byte no method may hold
 	}
-	r.methodEnd = uint32(i)
+	r.MethodEnd = uint32(i)
 	i++
 	ts := i
-	v := h1Fast
+	v := Fast
 	if i >= len(head) || head[i] != '/' {
-		v = h1Other // absolute-form, authority-form, asterisk-form
+		v = Other // absolute-form, authority-form, asterisk-form
 	}
 	inQuery := false
 	for ; i < len(head); i++ {
 		c := head[i]
 		if c >= 0x80 {
-			v = h1Other // raw UTF-8 and the like: net/http's call
+			v = Other // raw UTF-8 and the like: net/http's call
 			continue
 		}
 		if c <= ' ' || c == 0x7f {
@@ -269,47 +283,47 @@ func parseRequestLine(r *h1Req, head []byte) h1Verdict {
 		case '%':
 			// net/http rejects a malformed escape in the path (not in the query).
 			if !inQuery && (i+2 >= len(head) || unhex(head[i+1]) < 0 || unhex(head[i+2]) < 0) {
-				v = h1Other
+				v = Other
 			}
 		}
 	}
-	r.targetS, r.targetE = uint32(ts), uint32(i)
+	r.TargetS, r.TargetE = uint32(ts), uint32(i)
 	if i == ts {
-		return h1Bad
+		return Bad
 	}
 	if i < len(head) && head[i] != ' ' {
-		return h1Bad // a control byte in the target
+		return Bad // a control byte in the target
 	}
 	rest := head[i:]
 	switch {
 	case bytes.HasPrefix(rest, []byte(" HTTP/1.1\r\n")):
-		r.http11 = true
+		r.HTTP11 = true
 	case len(rest) >= 11 && bytes.HasPrefix(rest, []byte(" HTTP/")) && rest[9] == '\r' && rest[10] == '\n':
-		v = h1Other // another version: net/http answers it (HTTP/1.0, or 505)
+		v = Other // another version: net/http answers it (HTTP/1.0, or 505)
 	default:
-		return h1Bad
+		return Bad
 	}
-	r.lineEnd = uint32(i + 11)
+	r.LineEnd = uint32(i + 11)
 	return v
 }
 
 // scanRestBad reports h1Bad when b holds a bare CR or LF or a control byte that no head
 // may hold, else h1Other.
-func scanRestBad(b []byte) h1Verdict {
-	if hasBareLineEnd(b) {
-		return h1Bad
+func scanRestBad(b []byte) Verdict {
+	if HasBareLineEnd(b) {
+		return Bad
 	}
 	for _, c := range b {
-		if c != '\r' && c != '\n' && badValueByte[c] {
-			return h1Bad
+		if c != '\r' && c != '\n' && BadValueByte[c] {
+			return Bad
 		}
 	}
-	return h1Other
+	return Other
 }
 
-// hasBareLineEnd reports whether b holds an LF not preceded by CR, or a CR followed by
+// HasBareLineEnd reports whether b holds an LF not preceded by CR, or a CR followed by
 // anything but LF (a CR at the very end of b may still get its LF).
-func hasBareLineEnd(b []byte) bool {
+func HasBareLineEnd(b []byte) bool {
 	for i := 0; i < len(b); {
 		j := bytes.IndexAny(b[i:], "\r\n")
 		if j < 0 {
@@ -327,11 +341,11 @@ func hasBareLineEnd(b []byte) bool {
 	return false
 }
 
-// namesProtectedField reports whether a Connection value names a field that a
+// NamesProtectedField reports whether a Connection value names a field that a
 // Connection option must never remove: the framing fields and Host. RFC 9110 §7.6.1
 // forbids such options; honouring one would forward a head whose framing or routing
 // differs from what was read.
-func namesProtectedField(v []byte) bool {
+func NamesProtectedField(v []byte) bool {
 	for len(v) > 0 {
 		var t []byte
 		t, v, _ = bytes.Cut(v, []byte{','})
@@ -351,12 +365,12 @@ func validHost(h []byte) bool {
 			return false
 		}
 	}
-	return validHostPort(h)
+	return ValidHostPort(h)
 }
 
-// validHostPort reports whether the port of host (after the last ':' that is not inside
+// ValidHostPort reports whether the port of host (after the last ':' that is not inside
 // an IPv6 literal) is empty or decimal digits, at most five.
-func validHostPort[T string | []byte](host T) bool {
+func ValidHostPort[T string | []byte](host T) bool {
 	i := len(host) - 1
 	for ; i >= 0; i-- {
 		if host[i] == ':' {
@@ -394,16 +408,16 @@ func validHostPort[T string | []byte](host T) bool {
 // aside), CRLF. It returns the field, trailing whitespace trimmed, and where the next
 // line starts. The verdict is h1Other for a line that starts with whitespace (obsolete
 // line folding) and h1Bad for anything else that is not such a line.
-func parseField(head []byte, i int) (f h1Field, next int, v h1Verdict) {
+func parseField(head []byte, i int) (f Field, next int, v Verdict) {
 	ns := i
-	for i < len(head) && tchar[head[i]] {
+	for i < len(head) && Tchar[head[i]] {
 		i++
 	}
 	if i == ns && i < len(head) && (head[i] == ' ' || head[i] == '\t') {
-		return f, 0, h1Other
+		return f, 0, Other
 	}
 	if i == ns || i >= len(head) || head[i] != ':' {
-		return f, 0, h1Bad
+		return f, 0, Bad
 	}
 	ne := i
 	i++
@@ -411,76 +425,76 @@ func parseField(head []byte, i int) (f h1Field, next int, v h1Verdict) {
 		i++
 	}
 	vs := i
-	for i < len(head) && !badValueByte[head[i]] {
+	for i < len(head) && !BadValueByte[head[i]] {
 		i++
 	}
 	if i+1 >= len(head) || head[i] != '\r' || head[i+1] != '\n' {
-		return f, 0, h1Bad
+		return f, 0, Bad
 	}
 	ve := i
 	for ve > vs && (head[ve-1] == ' ' || head[ve-1] == '\t') {
 		ve--
 	}
-	return h1Field{ns: uint32(ns), ne: uint32(ne), vs: uint32(vs), ve: uint32(ve)}, i + 2, h1Fast
+	return Field{NS: uint32(ns), NE: uint32(ne), VS: uint32(vs), VE: uint32(ve)}, i + 2, Fast
 }
 
-// fkHandoff marks a request field that sends the connection to net/http.
-const fkHandoff uint8 = 255
+// KindHandoff marks a request field that sends the connection to net/http.
+const KindHandoff uint8 = 255
 
 func requestFieldKind(name []byte) uint8 {
 	switch len(name) {
 	case 2:
 		if eqFold(name, "te") {
-			return fkTE
+			return KindTE
 		}
 	case 4:
 		if eqFold(name, "host") {
-			return fkHost
+			return KindHost
 		}
 	case 6:
 		if eqFold(name, "expect") {
-			return fkHandoff
+			return KindHandoff
 		}
 	case 7:
 		if eqFold(name, "upgrade") {
-			return fkHandoff
+			return KindHandoff
 		}
 	case 9:
 		if eqFold(name, "forwarded") {
-			return fkForwarded
+			return KindForwarded
 		}
 	case 10:
 		switch {
 		case eqFold(name, "connection"):
-			return fkConnection
+			return KindConnection
 		}
 	}
 	switch {
 	case eqFold(name, "content-length"):
-		return fkContentLength
+		return KindContentLength
 	case eqFold(name, "transfer-encoding"):
-		return fkTransferEncoding
+		return KindTransferEncoding
 	case eqFold(name, "x-forwarded-for"):
-		return fkXFF
+		return KindXFF
 	case eqFold(name, "x-forwarded-proto"):
-		return fkXFProto
+		return KindXFProto
 	case eqFold(name, "x-forwarded-host"):
-		return fkXFHost
+		return KindXFHost
 	case eqFold(name, "x-real-ip"):
-		return fkXRealIP
-	case isHopByHop(name):
-		return fkDrop // the rest of the one hop-by-hop list (headers.go)
-	case bytes.IndexByte(name, '_') >= 0 && forwardingLookalike(name):
-		return fkDrop
+		return KindXRealIP
+	case IsHopByHop(name):
+		return KindDrop // the rest of the one hop-by-hop list (headers.go)
+	case bytes.IndexByte(name, '_') >= 0 && ForwardingLookalike(name):
+		return KindDrop
 	}
-	return fkOther
+	return KindOther
 }
 
-// forwardingLookalike reports a field name that spells a forwarding field with '_' for
+// ForwardingLookalike reports a field name that spells a forwarding field with '_' for
 // '-' (X_Forwarded_For): CGI and WSGI targets read both spellings as one variable, so a
 // client could forge what the ingress writes. Such fields are never forwarded (nginx
 // drops every name with '_' by default).
-func forwardingLookalike[T string | []byte](name T) bool {
+func ForwardingLookalike[T string | []byte](name T) bool {
 	for _, f := range [...]string{"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip"} {
 		if len(name) != len(f) {
 			continue
@@ -507,50 +521,50 @@ func responseFieldKind(name []byte) uint8 {
 	switch len(name) {
 	case 4:
 		if eqFold(name, "date") {
-			return fkDate
+			return KindDate
 		}
 	case 7:
 		switch {
 		case eqFold(name, "alt-svc"):
-			return fkAltSvc
+			return KindAltSvc
 		case eqFold(name, "trailer"):
 			// The one exception to the hop-by-hop list: chunked bodies, trailers
 			// included, pass through verbatim, so the field announcing them stays
 			// (net/http's path drops it because net/http writes its own).
-			return fkOther
+			return KindOther
 		}
 	case 10:
 		switch {
 		case eqFold(name, "connection"):
-			return fkConnection
+			return KindConnection
 		case eqFold(name, "keep-alive"):
-			return fkKeepAlive
+			return KindKeepAlive
 		}
 	case 14:
 		if eqFold(name, "content-length") {
-			return fkContentLength
+			return KindContentLength
 		}
 	case 17:
 		if eqFold(name, "transfer-encoding") {
-			return fkTransferEncoding
+			return KindTransferEncoding
 		}
 	}
-	if isHopByHop(name) {
-		return fkDrop // the rest of the one hop-by-hop list (headers.go)
+	if IsHopByHop(name) {
+		return KindDrop // the rest of the one hop-by-hop list (headers.go)
 	}
-	return fkOther
+	return KindOther
 }
 
 // dropConnectionNamed marks the fields that a Connection field names as hop-by-hop,
 // except the framing fields and Host: what frames and routes a forwarded message is
 // derived from what is forwarded, never removed by an option (a request naming one was
 // refused already; a response naming one is framed by us all the same).
-func dropConnectionNamed(head []byte, fields []h1Field) {
+func dropConnectionNamed(head []byte, fields []Field) {
 	for i := range fields {
-		if fields[i].kind != fkConnection {
+		if fields[i].Kind != KindConnection {
 			continue
 		}
-		v := fields[i].value(head)
+		v := fields[i].Value(head)
 		for len(v) > 0 {
 			var tok []byte
 			tok, v, _ = bytes.Cut(v, []byte{','})
@@ -559,12 +573,12 @@ func dropConnectionNamed(head []byte, fields []h1Field) {
 				continue
 			}
 			for j := range fields {
-				switch fields[j].kind {
-				case fkConnection, fkContentLength, fkTransferEncoding, fkHost:
+				switch fields[j].Kind {
+				case KindConnection, KindContentLength, KindTransferEncoding, KindHost:
 					continue
 				}
-				if eqFoldBytes(fields[j].name(head), tok) {
-					fields[j].kind = fkDrop
+				if eqFoldBytes(fields[j].Name(head), tok) {
+					fields[j].Kind = KindDrop
 				}
 			}
 		}
@@ -685,143 +699,143 @@ func unhex(c byte) int {
 
 // Response heads.
 
-// h1Res is a parsed response head.
-type h1Res struct {
-	head          []byte
-	status        int
-	reasonS       uint32 // reason phrase is head[reasonS:reasonE]
-	reasonE       uint32
-	http10        bool
-	contentLength int64 // -1: none
-	chunked       bool
-	connClose     bool
-	keepAlive     bool // "Connection: keep-alive" (matters for HTTP/1.0 targets)
-	hasDate       bool
-	fields        []h1Field
+// Response is a parsed response head.
+type Response struct {
+	Head          []byte
+	Status        int
+	ReasonS       uint32 // reason phrase is head[reasonS:reasonE]
+	ReasonE       uint32
+	HTTP10        bool
+	ContentLength int64 // -1: none
+	Chunked       bool
+	ConnClose     bool
+	KeepAlive     bool // "Connection: keep-alive" (matters for HTTP/1.0 targets)
+	HasDate       bool
+	Fields        []Field
 }
 
 var (
-	errBadResponse   = errors.New("proxy: malformed response from target")
-	errBadFraming    = errors.New("proxy: target response has conflicting or unsupported framing")
-	errBadChunk      = errors.New("proxy: malformed chunked body from target")
-	errChunkTooLarge = errors.New("proxy: chunk header or trailer from target too large")
-	// errTooManyFields: the response has more fields than the storage given; the
+	ErrBadResponse   = errors.New("proxy: malformed response from target")
+	ErrBadFraming    = errors.New("proxy: target response has conflicting or unsupported framing")
+	ErrBadChunk      = errors.New("proxy: malformed chunked body from target")
+	ErrChunkTooLarge = errors.New("proxy: chunk header or trailer from target too large")
+	// ErrTooManyFields: the response has more fields than the storage given; the
 	// caller parses again with more.
-	errTooManyFields = errors.New("proxy: more response fields than the parser was given room for")
+	ErrTooManyFields = errors.New("proxy: more response fields than the parser was given room for")
 )
 
-// parseResponse parses head, a complete response head ending in CRLF CRLF.
-func parseResponse(r *h1Res, head []byte, fields []h1Field) error {
-	*r = h1Res{head: head, contentLength: -1, fields: fields[:0]}
+// ParseResponse parses head, a complete response head ending in CRLF CRLF.
+func ParseResponse(r *Response, head []byte, fields []Field) error {
+	*r = Response{Head: head, ContentLength: -1, Fields: fields[:0]}
 	switch {
 	case bytes.HasPrefix(head, []byte("HTTP/1.1 ")):
 	case bytes.HasPrefix(head, []byte("HTTP/1.0 ")):
-		r.http10 = true
+		r.HTTP10 = true
 	default:
-		return errBadResponse
+		return ErrBadResponse
 	}
 	i := len("HTTP/1.1 ")
 	if i+3 > len(head) {
-		return errBadResponse
+		return ErrBadResponse
 	}
 	for k := 0; k < 3; k++ {
 		c := head[i+k]
 		if c < '0' || c > '9' {
-			return errBadResponse
+			return ErrBadResponse
 		}
-		r.status = r.status*10 + int(c-'0')
+		r.Status = r.Status*10 + int(c-'0')
 	}
-	if r.status < 100 {
-		return errBadResponse
+	if r.Status < 100 {
+		return ErrBadResponse
 	}
 	i += 3
 	switch {
 	case i+1 < len(head) && head[i] == '\r' && head[i+1] == '\n':
-		r.reasonS, r.reasonE = uint32(i), uint32(i)
+		r.ReasonS, r.ReasonE = uint32(i), uint32(i)
 	case i < len(head) && head[i] == ' ':
 		i++
 		s := i
-		for i < len(head) && !badValueByte[head[i]] {
+		for i < len(head) && !BadValueByte[head[i]] {
 			i++
 		}
-		r.reasonS, r.reasonE = uint32(s), uint32(i)
+		r.ReasonS, r.ReasonE = uint32(s), uint32(i)
 		if i+1 >= len(head) || head[i] != '\r' || head[i+1] != '\n' {
-			return errBadResponse
+			return ErrBadResponse
 		}
 	default:
-		return errBadResponse
+		return ErrBadResponse
 	}
 	i += 2
 
 	var cl int64 = -1
 	for {
 		if i+1 >= len(head) {
-			return errBadResponse
+			return ErrBadResponse
 		}
 		if head[i] == '\r' && head[i+1] == '\n' {
 			break
 		}
-		if len(r.fields) == cap(r.fields) {
-			return errTooManyFields
+		if len(r.Fields) == cap(r.Fields) {
+			return ErrTooManyFields
 		}
 		f, next, fv := parseField(head, i)
-		if fv != h1Fast {
-			return errBadResponse
+		if fv != Fast {
+			return ErrBadResponse
 		}
 		i = next
-		name, val := f.name(head), f.value(head)
-		f.kind = responseFieldKind(name)
-		switch f.kind {
-		case fkContentLength:
+		name, val := f.Name(head), f.Value(head)
+		f.Kind = responseFieldKind(name)
+		switch f.Kind {
+		case KindContentLength:
 			n, ok := parseContentLength(val)
 			if !ok || (cl >= 0 && n != cl) {
-				return errBadFraming
+				return ErrBadFraming
 			}
 			cl = n
-		case fkTransferEncoding:
-			if r.chunked || !eqFold(val, "chunked") {
-				return errBadFraming
+		case KindTransferEncoding:
+			if r.Chunked || !eqFold(val, "chunked") {
+				return ErrBadFraming
 			}
-			r.chunked = true
-		case fkConnection:
+			r.Chunked = true
+		case KindConnection:
 			if hasConnToken(val, "close") {
-				r.connClose = true
+				r.ConnClose = true
 			}
 			if hasConnToken(val, "keep-alive") {
-				r.keepAlive = true
+				r.KeepAlive = true
 			}
-		case fkDate:
-			r.hasDate = true
+		case KindDate:
+			r.HasDate = true
 		}
-		r.fields = append(r.fields, f)
+		r.Fields = append(r.Fields, f)
 	}
-	if r.chunked && cl >= 0 {
+	if r.Chunked && cl >= 0 {
 		// RFC 9112 §6.3: Transfer-Encoding wins and Content-Length is not forwarded;
 		// but which framing the target meant is unknown, so its connection is not
 		// used again.
-		r.connClose = true
+		r.ConnClose = true
 		cl = -1
 	}
-	r.contentLength = cl
-	if r.http10 && !r.keepAlive {
-		r.connClose = true
+	r.ContentLength = cl
+	if r.HTTP10 && !r.KeepAlive {
+		r.ConnClose = true
 	}
-	dropConnectionNamed(head, r.fields)
-	for j := range r.fields {
-		if r.fields[j].kind == fkKeepAlive {
-			r.fields[j].kind = fkDrop
+	dropConnectionNamed(head, r.Fields)
+	for j := range r.Fields {
+		if r.Fields[j].Kind == KindKeepAlive {
+			r.Fields[j].Kind = KindDrop
 		}
 	}
 	return nil
 }
 
-// chunkScanner follows a chunked body as it passes through verbatim, to find its end
+// ChunkScanner follows a chunked body as it passes through verbatim, to find its end
 // and refuse a malformed one. It accepts only what net/http's own reader accepts, so that
 // a Go client behind us never chokes on a body we relayed (FuzzChunkScanner): CRLF line
 // ends, whitespace only at the end of a size line, at most 4094 bytes per size line
 // (net/http reads them through a 4 KiB buffer), net/http's budget for extension
 // overhead, and trailers that are header fields, 4 KiB in all.
-type chunkScanner struct {
+type ChunkScanner struct {
 	state      uint8
 	digits     uint8
 	size       int64 // remaining data bytes of the current chunk
@@ -852,9 +866,9 @@ const (
 	maxChunkExcess  = 16 << 10
 )
 
-// scan consumes p and returns how many bytes of p belong to the body; done reports that
+// Scan consumes p and returns how many bytes of p belong to the body; done reports that
 // the body ended within them.
-func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
+func (s *ChunkScanner) Scan(p []byte) (n int, done bool, err error) {
 	for n < len(p) {
 		if s.state == csData {
 			k := min(int64(len(p)-n), s.size)
@@ -871,20 +885,20 @@ func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
 		case csSize, csSizeWS, csExt:
 			if c == '\r' {
 				if s.digits == 0 {
-					return n, false, errBadChunk
+					return n, false, ErrBadChunk
 				}
 				s.state = csSizeLF
 				break
 			}
 			s.lineLen++
 			if s.lineLen > maxChunkLine {
-				return n, false, errChunkTooLarge
+				return n, false, ErrChunkTooLarge
 			}
 			switch s.state {
 			case csSize:
 				if v := unhex(c); v >= 0 {
 					if s.digits == 15 {
-						return n, false, errChunkTooLarge
+						return n, false, ErrChunkTooLarge
 					}
 					s.size = s.size<<4 | int64(v)
 					s.digits++
@@ -892,30 +906,30 @@ func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
 				}
 				switch {
 				case s.digits == 0:
-					return n, false, errBadChunk
+					return n, false, ErrBadChunk
 				case c == ';':
 					s.state = csExt
 				case c == ' ' || c == '\t':
 					s.state = csSizeWS
 				default:
-					return n, false, errBadChunk
+					return n, false, ErrBadChunk
 				}
 			case csSizeWS: // only more whitespace before the CRLF
 				if c != ' ' && c != '\t' {
-					return n, false, errBadChunk
+					return n, false, ErrBadChunk
 				}
 			case csExt:
-				if badValueByte[c] {
-					return n, false, errBadChunk
+				if BadValueByte[c] {
+					return n, false, ErrBadChunk
 				}
 			}
 		case csSizeLF:
 			if c != '\n' {
-				return n, false, errBadChunk
+				return n, false, ErrBadChunk
 			}
 			s.excess = max(s.excess+int64(s.lineLen)+2-16-2*s.size, 0)
 			if s.excess > maxChunkExcess {
-				return n, false, errChunkTooLarge
+				return n, false, ErrChunkTooLarge
 			}
 			s.digits, s.lineLen = 0, 0
 			if s.size == 0 {
@@ -925,57 +939,101 @@ func (s *chunkScanner) scan(p []byte) (n int, done bool, err error) {
 			}
 		case csDataCR:
 			if c != '\r' {
-				return n, false, errBadChunk
+				return n, false, ErrBadChunk
 			}
 			s.state = csDataLF
 		case csDataLF:
 			if c != '\n' {
-				return n, false, errBadChunk
+				return n, false, ErrBadChunk
 			}
 			s.state = csSize
 		default: // trailers
 			s.trailerLen++
 			if s.trailerLen > maxTrailerBytes {
-				return n, false, errChunkTooLarge
+				return n, false, ErrChunkTooLarge
 			}
 			switch s.state {
 			case csTrailerStart:
 				switch {
 				case c == '\r':
 					s.state = csEndLF
-				case tchar[c]:
+				case Tchar[c]:
 					s.state = csTrailerName
 				default:
-					return n, false, errBadChunk
+					return n, false, ErrBadChunk
 				}
 			case csTrailerName:
 				switch {
 				case c == ':':
 					s.state = csTrailer
-				case !tchar[c]:
-					return n, false, errBadChunk
+				case !Tchar[c]:
+					return n, false, ErrBadChunk
 				}
 			case csTrailer:
 				if c == '\r' {
 					s.state = csTrailerLF
-				} else if badValueByte[c] {
-					return n, false, errBadChunk
+				} else if BadValueByte[c] {
+					return n, false, ErrBadChunk
 				}
 			case csTrailerLF:
 				if c != '\n' {
-					return n, false, errBadChunk
+					return n, false, ErrBadChunk
 				}
 				s.state = csTrailerStart
 			case csEndLF:
 				if c != '\n' {
-					return n, false, errBadChunk
+					return n, false, ErrBadChunk
 				}
 				s.state = csDone
 				return n, true, nil
 			default:
-				return n, false, errBadChunk // csDone: nothing may follow
+				return n, false, ErrBadChunk // csDone: nothing may follow
 			}
 		}
 	}
 	return n, false, nil
+}
+
+// HopByHop is the one list of hop-by-hop fields (RFC 9110 §7.6.1 plus the usual proxy
+// ones), in canonical form: the proxy removes them in both directions on every path
+// (the fast path by classifying fields with IsHopByHop). Upgrade and Connection are
+// restored for a WebSocket upgrade.
+var HopByHop = [...]string{
+	"Connection",
+	"Keep-Alive",
+	"Proxy-Connection",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer", // net/http writes the Trailer header itself from Request/Response.Trailer
+	"Transfer-Encoding",
+	"Upgrade",
+	"Http2-Settings",
+}
+
+// IsHopByHop reports whether name is in HopByHop (ASCII case-insensitive).
+func IsHopByHop[T string | []byte](name T) bool {
+	for _, h := range HopByHop {
+		if len(h) == len(name) && eqFoldCanon(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// eqFoldCanon compares a field name with a canonical one, ASCII case-insensitively.
+func eqFoldCanon[T string | []byte](a T, b string) bool {
+	for i := 0; i < len(b); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

@@ -1,4 +1,4 @@
-package proxy
+package h1wire
 
 import (
 	"bufio"
@@ -57,18 +57,18 @@ func FuzzH1RequestSubset(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		fields := make([]h1Field, h1MaxFields)
-		var r h1Req
+		fields := make([]Field, MaxFields)
+		var r Request
 		// Any bytes at all: no panic (the result does not matter).
-		parseRequest(&r, data, fields)
+		ParseRequest(&r, data, fields)
 
 		// The property, on what the server really passes: one complete head.
-		n := headEnd(data, 0)
+		n := HeadEnd(data, 0)
 		if n < 0 {
 			return
 		}
 		head := slices.Clone(data[:n])
-		if parseRequest(&r, head, fields) != h1Fast {
+		if ParseRequest(&r, head, fields) != Fast {
 			return
 		}
 		if !bytes.Equal(head, data[:n]) {
@@ -79,42 +79,42 @@ func FuzzH1RequestSubset(f *testing.F) {
 }
 
 // checkSameAsNetHTTP fails t unless http.ReadRequest reads head as r says.
-func checkSameAsNetHTTP(t *testing.T, r *h1Req, head []byte) {
+func checkSameAsNetHTTP(t *testing.T, r *Request, head []byte) {
 	t.Helper()
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 	if err != nil {
 		t.Fatalf("parseRequest accepted %q, net/http refuses it: %v", head, err)
 	}
-	if req.Method != string(r.method()) {
-		t.Errorf("method %q, net/http %q", r.method(), req.Method)
+	if req.Method != string(r.Method()) {
+		t.Errorf("method %q, net/http %q", r.Method(), req.Method)
 	}
-	if req.RequestURI != string(r.target()) {
-		t.Errorf("target %q, net/http %q", r.target(), req.RequestURI)
+	if req.RequestURI != string(r.Target()) {
+		t.Errorf("target %q, net/http %q", r.Target(), req.RequestURI)
 	}
 	if req.ProtoMajor != 1 || req.ProtoMinor != 1 {
 		t.Errorf("net/http reads version %d.%d", req.ProtoMajor, req.ProtoMinor)
 	}
-	if req.Host != string(r.host) {
-		t.Errorf("host %q, net/http %q", r.host, req.Host)
+	if req.Host != string(r.Host) {
+		t.Errorf("host %q, net/http %q", r.Host, req.Host)
 	}
-	if req.ContentLength != r.contentLength {
-		t.Errorf("content length %d, net/http %d", r.contentLength, req.ContentLength)
+	if req.ContentLength != r.ContentLength {
+		t.Errorf("content length %d, net/http %d", r.ContentLength, req.ContentLength)
 	}
-	if req.Close != r.connClose {
-		t.Errorf("connClose %v, net/http Close %v", r.connClose, req.Close)
+	if req.Close != r.ConnClose {
+		t.Errorf("connClose %v, net/http Close %v", r.ConnClose, req.Close)
 	}
 	// Field values, per canonical name, in order. Host is compared above (net/http
 	// keeps it out of Header's meaning; we count it).
 	ours := map[string][]string{}
 	hosts := 0
-	for i := range r.fields {
-		f := &r.fields[i]
-		if f.kind == fkHost {
+	for i := range r.Fields {
+		f := &r.Fields[i]
+		if f.Kind == KindHost {
 			hosts++
 			continue
 		}
-		k := textproto.CanonicalMIMEHeaderKey(string(f.name(head)))
-		ours[k] = append(ours[k], string(f.value(head)))
+		k := textproto.CanonicalMIMEHeaderKey(string(f.Name(head)))
+		ours[k] = append(ours[k], string(f.Value(head)))
 	}
 	if hosts != 1 {
 		t.Errorf("%d fields classified as Host", hosts)
@@ -142,11 +142,11 @@ func checkSameAsNetHTTP(t *testing.T, r *h1Req, head []byte) {
 // TestParseRequestSubset pins the accept/refuse decision for the seed heads and a few
 // more, so a change to the subset is a visible decision, not a fuzzing surprise.
 func TestParseRequestSubset(t *testing.T) {
-	const F, O, B = h1Fast, h1Other, h1Bad
+	const F, O, B = Fast, Other, Bad
 	tests := []struct {
 		name string
 		head string
-		want h1Verdict
+		want Verdict
 	}{
 		{"simple GET", h1RequestSeeds[0], F},
 		{"POST with Content-Length", "POST /submit?x=1 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n\r\n", F},
@@ -211,22 +211,22 @@ func TestParseRequestSubset(t *testing.T) {
 		{"101 fields, Host last", "GET / HTTP/1.1\r\n" + strings.Repeat("X: y\r\n", 100) + "Host: a.test\r\n\r\n", O},
 		{"100 fields", "GET / HTTP/1.1\r\nHost: a.test\r\n" + strings.Repeat("X: y\r\n", 99) + "\r\n", F},
 	}
-	fields := make([]h1Field, h1MaxFields)
+	fields := make([]Field, MaxFields)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var r h1Req
+			var r Request
 			head := []byte(tc.head)
-			if n := headEnd(head, 0); n >= 0 && n != len(head) {
+			if n := HeadEnd(head, 0); n >= 0 && n != len(head) {
 				t.Fatalf("test head is not exactly one head (%d of %d)", n, len(head))
 			}
-			got := parseRequest(&r, head, fields)
+			got := ParseRequest(&r, head, fields)
 			if got != tc.want {
 				t.Fatalf("parseRequest = %d, want %d (0 fast, 1 other, 2 bad)", got, tc.want)
 			}
 			switch got {
-			case h1Fast:
+			case Fast:
 				checkSameAsNetHTTP(t, &r, head)
-			case h1Bad:
+			case Bad:
 				checkRefusalJustified(t, head)
 			}
 		})
@@ -244,13 +244,13 @@ func checkRefusalJustified(t *testing.T, head []byte) {
 		return
 	}
 	switch {
-	case hasBareLineEnd(head),
+	case HasBareLineEnd(head),
 		len(req.TransferEncoding) > 0 && bytes.Contains(bytes.ToLower(head), []byte("content-length")),
-		!httpguts.ValidHostHeader(req.Host), !validHostPort(req.Host):
+		!httpguts.ValidHostHeader(req.Host), !ValidHostPort(req.Host):
 		return
 	}
 	for _, v := range req.Header["Connection"] {
-		if namesProtectedField([]byte(v)) {
+		if NamesProtectedField([]byte(v)) {
 			return
 		}
 	}
@@ -270,19 +270,19 @@ func TestParseRequestFields(t *testing.T) {
 	head := []byte("GET /p HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n" +
 		"Keep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: gzip, trailers;q=1\r\nX-Forwarded-For: 1.2.3.4\r\n" +
 		"Trailer: X-Sum\r\nX-Keep:  v  \r\n\r\n")
-	var r h1Req
-	if v := parseRequest(&r, head, make([]h1Field, h1MaxFields)); v != h1Fast {
+	var r Request
+	if v := ParseRequest(&r, head, make([]Field, MaxFields)); v != Fast {
 		t.Fatalf("verdict %d, want fast", v)
 	}
 	kinds := map[string]uint8{}
 	values := map[string]string{}
-	for i := range r.fields {
-		kinds[string(r.fields[i].name(head))] = r.fields[i].kind
-		values[string(r.fields[i].name(head))] = string(r.fields[i].value(head))
+	for i := range r.Fields {
+		kinds[string(r.Fields[i].Name(head))] = r.Fields[i].Kind
+		values[string(r.Fields[i].Name(head))] = string(r.Fields[i].Value(head))
 	}
 	want := map[string]uint8{
-		"Host": fkHost, "Connection": fkConnection, "X-Hop": fkDrop, "Keep-Alive": fkDrop,
-		"Proxy-Connection": fkDrop, "TE": fkTE, "X-Forwarded-For": fkXFF, "Trailer": fkDrop, "X-Keep": fkOther,
+		"Host": KindHost, "Connection": KindConnection, "X-Hop": KindDrop, "Keep-Alive": KindDrop,
+		"Proxy-Connection": KindDrop, "TE": KindTE, "X-Forwarded-For": KindXFF, "Trailer": KindDrop, "X-Keep": KindOther,
 	}
 	for k, v := range want {
 		if kinds[k] != v {
@@ -292,8 +292,8 @@ func TestParseRequestFields(t *testing.T) {
 	if values["X-Keep"] != "v" {
 		t.Errorf("value not trimmed: %q", values["X-Keep"])
 	}
-	if r.connClose || !r.teTrailers || !r.hasProxyFields || string(r.host) != "a.test" || r.contentLength != 0 {
-		t.Errorf("connClose %v teTrailers %v hasProxyFields %v host %q cl %d", r.connClose, r.teTrailers, r.hasProxyFields, r.host, r.contentLength)
+	if r.ConnClose || !r.TETrailers || !r.HasProxyFields || string(r.Host) != "a.test" || r.ContentLength != 0 {
+		t.Errorf("connClose %v teTrailers %v hasProxyFields %v host %q cl %d", r.ConnClose, r.TETrailers, r.HasProxyFields, r.Host, r.ContentLength)
 	}
 }
 
@@ -324,31 +324,31 @@ func TestParseResponse(t *testing.T) {
 		{"long reason with tab and obs-text", "HTTP/1.1 404 Not\tF\xc3\xbcnd here\r\n\r\n", nil, want{status: 404, reason: "Not\tF\xc3\xbcnd here", cl: -1}, nil, nil},
 		{"1xx", "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", nil, want{status: 103, reason: "Early Hints", cl: -1}, nil, []string{"Link"}},
 		{"status 999", "HTTP/1.1 999 X\r\n\r\n", nil, want{status: 999, reason: "X", cl: -1}, nil, nil},
-		{"status 099", "HTTP/1.1 099 X\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"two-digit status", "HTTP/1.1 20 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"four-digit status", "HTTP/1.1 2000 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"letters in status", "HTTP/1.1 2x0 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"HTTP/2 version", "HTTP/2 200 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"HTTP/1.2 version", "HTTP/1.2 200 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"lowercase version", "http/1.1 200 OK\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"bare LF", "HTTP/1.1 200 OK\nContent-Length: 0\n\n", errBadResponse, want{}, nil, nil},
-		{"control byte in reason", "HTTP/1.1 200 O\x01K\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"obs-fold", "HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"space before colon", "HTTP/1.1 200 OK\r\nX : a\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"no colon", "HTTP/1.1 200 OK\r\nX\r\n\r\n", errBadResponse, want{}, nil, nil},
-		{"DEL in value", "HTTP/1.1 200 OK\r\nX: a\x7f\r\n\r\n", errBadResponse, want{}, nil, nil},
+		{"status 099", "HTTP/1.1 099 X\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"two-digit status", "HTTP/1.1 20 OK\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"four-digit status", "HTTP/1.1 2000 OK\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"letters in status", "HTTP/1.1 2x0 OK\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"HTTP/2 version", "HTTP/2 200 OK\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"HTTP/1.2 version", "HTTP/1.2 200 OK\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"lowercase version", "http/1.1 200 OK\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"bare LF", "HTTP/1.1 200 OK\nContent-Length: 0\n\n", ErrBadResponse, want{}, nil, nil},
+		{"control byte in reason", "HTTP/1.1 200 O\x01K\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"obs-fold", "HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"space before colon", "HTTP/1.1 200 OK\r\nX : a\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"no colon", "HTTP/1.1 200 OK\r\nX\r\n\r\n", ErrBadResponse, want{}, nil, nil},
+		{"DEL in value", "HTTP/1.1 200 OK\r\nX: a\x7f\r\n\r\n", ErrBadResponse, want{}, nil, nil},
 		{"duplicate identical CL", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 7\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 7}, nil, nil},
-		{"differing CL", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 8\r\n\r\n", errBadFraming, want{}, nil, nil},
-		{"CL list", "HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\n\r\n", errBadFraming, want{}, nil, nil},
-		{"signed CL", "HTTP/1.1 200 OK\r\nContent-Length: +7\r\n\r\n", errBadFraming, want{}, nil, nil},
-		{"empty CL", "HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"differing CL", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 8\r\n\r\n", ErrBadFraming, want{}, nil, nil},
+		{"CL list", "HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\n\r\n", ErrBadFraming, want{}, nil, nil},
+		{"signed CL", "HTTP/1.1 200 OK\r\nContent-Length: +7\r\n\r\n", ErrBadFraming, want{}, nil, nil},
+		{"empty CL", "HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n", ErrBadFraming, want{}, nil, nil},
 		{"CL zero", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 0}, nil, nil},
 		{"TE chunked and CL: chunked wins, the connection is not reused", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, chunked: true, connClose: true}, nil, nil},
 		{"Connection naming the framing fields drops neither", "HTTP/1.1 200 OK\r\nConnection: Content-Length, Transfer-Encoding\r\nContent-Length: 7\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 7}, nil, []string{"Content-Length"}},
 		{"TE chunked any case and spaces", "HTTP/1.1 200 OK\r\nTransfer-Encoding:  ChUnKeD \r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, nil, nil},
-		{"TE gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", errBadFraming, want{}, nil, nil},
-		{"TE gzip, chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", errBadFraming, want{}, nil, nil},
-		{"TE twice", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", errBadFraming, want{}, nil, nil},
+		{"TE gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", ErrBadFraming, want{}, nil, nil},
+		{"TE gzip, chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", ErrBadFraming, want{}, nil, nil},
+		{"TE twice", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", ErrBadFraming, want{}, nil, nil},
 		{"HTTP/1.0 closes", "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", nil, want{status: 200, reason: "OK", http10: true, cl: 1, connClose: true}, nil, nil},
 		{"HTTP/1.0 keep-alive", "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nKeep-Alive: timeout=5\r\n\r\n", nil, want{status: 200, reason: "OK", http10: true, cl: -1, keepAlive: true}, []string{"Keep-Alive"}, nil},
 		{"HTTP/1.1 close", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, connClose: true}, nil, nil},
@@ -356,35 +356,35 @@ func TestParseResponse(t *testing.T) {
 			nil, want{status: 200, reason: "OK", cl: -1, hasDate: true}, []string{"X-A", "X-B"}, []string{"X-C", "Date"}},
 		{"hop-by-hop dropped, Trailer kept", "HTTP/1.1 200 OK\r\nProxy-Connection: x\r\nUpgrade: h2c\r\nTE: trailers\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n",
 			nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, []string{"Proxy-Connection", "Upgrade", "TE"}, []string{"Trailer"}},
-		{"101 fields", "HTTP/1.1 200 OK\r\n" + strings.Repeat("X: y\r\n", 101) + "\r\n", errTooManyFields, want{}, nil, nil},
+		{"101 fields", "HTTP/1.1 200 OK\r\n" + strings.Repeat("X: y\r\n", 101) + "\r\n", ErrTooManyFields, want{}, nil, nil},
 	}
-	fields := make([]h1Field, h1MaxFields)
+	fields := make([]Field, MaxFields)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var r h1Res
+			var r Response
 			head := []byte(tc.head)
-			err := parseResponse(&r, head, fields)
+			err := ParseResponse(&r, head, fields)
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("err %v, want %v", err, tc.err)
 			}
 			if err != nil {
 				return
 			}
-			got := want{r.status, string(head[r.reasonS:r.reasonE]), r.http10, r.contentLength, r.chunked, r.connClose, r.keepAlive, r.hasDate}
+			got := want{r.Status, string(head[r.ReasonS:r.ReasonE]), r.HTTP10, r.ContentLength, r.Chunked, r.ConnClose, r.KeepAlive, r.HasDate}
 			if got != tc.want {
 				t.Errorf("got %+v\nwant %+v", got, tc.want)
 			}
 			kinds := map[string]uint8{}
-			for i := range r.fields {
-				kinds[string(r.fields[i].name(head))] = r.fields[i].kind
+			for i := range r.Fields {
+				kinds[string(r.Fields[i].Name(head))] = r.Fields[i].Kind
 			}
 			for _, n := range tc.drop {
-				if k, ok := kinds[n]; !ok || k != fkDrop {
+				if k, ok := kinds[n]; !ok || k != KindDrop {
 					t.Errorf("%s: kind %d (present %v), want dropped", n, k, ok)
 				}
 			}
 			for _, n := range tc.keep {
-				if k, ok := kinds[n]; !ok || k == fkDrop || k == fkConnection || k == fkKeepAlive || k == fkTransferEncoding {
+				if k, ok := kinds[n]; !ok || k == KindDrop || k == KindConnection || k == KindKeepAlive || k == KindTransferEncoding {
 					t.Errorf("%s: kind %d (present %v), want forwarded", n, k, ok)
 				}
 			}
@@ -393,11 +393,11 @@ func TestParseResponse(t *testing.T) {
 			if rerr != nil {
 				t.Fatalf("net/http refuses a head parseResponse accepts: %v", rerr)
 			}
-			if res.StatusCode != r.status {
+			if res.StatusCode != r.Status {
 				t.Errorf("net/http status %d", res.StatusCode)
 			}
-			if r.chunked != slices.Equal(res.TransferEncoding, []string{"chunked"}) {
-				t.Errorf("net/http transfer encoding %q, chunked %v", res.TransferEncoding, r.chunked)
+			if r.Chunked != slices.Equal(res.TransferEncoding, []string{"chunked"}) {
+				t.Errorf("net/http transfer encoding %q, chunked %v", res.TransferEncoding, r.Chunked)
 			}
 		})
 	}
@@ -410,14 +410,14 @@ func TestParseResponse(t *testing.T) {
 // offset of the offending byte's end on error, len(b) otherwise.
 func scanPieces(t *testing.T, b []byte, sizes []int) (n int, done bool, err error) {
 	t.Helper()
-	var s chunkScanner
+	var s ChunkScanner
 	off := 0
 	for i := 0; off < len(b); i++ {
 		k := len(b) - off
 		if i < len(sizes) && sizes[i] < k {
 			k = sizes[i]
 		}
-		m, fin, e := s.scan(b[off : off+k])
+		m, fin, e := s.Scan(b[off : off+k])
 		if m < 0 || m > k {
 			t.Fatalf("scan returned %d of %d bytes", m, k)
 		}
@@ -531,21 +531,21 @@ func TestChunkScannerAgainstNetHTTP(t *testing.T) {
 		{"extension", "1;a=b\r\nx\r\n0;c\r\n\r\n", true, nil},
 		{"trailing whitespace on size line", "1 \t\r\nx\r\n0\r\n\r\n", true, nil},
 		{"incomplete", "5\r\nhel", false, nil},
-		{"bare LF after size", "1\nx\r\n0\r\n\r\n", false, errBadChunk},
-		{"bad data terminator", "1\r\nxy\r\n0\r\n\r\n", false, errBadChunk},
-		{"no digits", ";x\r\n", false, errBadChunk},
-		{"16 hex digits", "0000000000000001\r\nx\r\n0\r\n\r\n", false, errChunkTooLarge},
+		{"bare LF after size", "1\nx\r\n0\r\n\r\n", false, ErrBadChunk},
+		{"bad data terminator", "1\r\nxy\r\n0\r\n\r\n", false, ErrBadChunk},
+		{"no digits", ";x\r\n", false, ErrBadChunk},
+		{"16 hex digits", "0000000000000001\r\nx\r\n0\r\n\r\n", false, ErrChunkTooLarge},
 		{"size line of 4094 bytes", ext(4094) + "0\r\n\r\n", true, nil},
 		// net/http's client reads chunk lines through a 4 KiB bufio.Reader: with CRLF,
 		// 4095 bytes do not fit.
-		{"size line of 4095 bytes", ext(4095) + "0\r\n\r\n", false, errChunkTooLarge},
-		{"size line too long (4096 bytes)", ext(4096), false, errChunkTooLarge},
-		{"trailer without colon", "0\r\nnot a field\r\n\r\n", false, errBadChunk},
-		{"trailer starting with a space", "0\r\n X: y\r\n\r\n", false, errBadChunk},
-		{"space before extension", "1 ;a\r\nx\r\n0\r\n\r\n", false, errBadChunk},
-		{"4 KiB trailer section", "0\r\nX: " + strings.Repeat("t", 4200) + "\r\n\r\n", false, errChunkTooLarge},
+		{"size line of 4095 bytes", ext(4095) + "0\r\n\r\n", false, ErrChunkTooLarge},
+		{"size line too long (4096 bytes)", ext(4096), false, ErrChunkTooLarge},
+		{"trailer without colon", "0\r\nnot a field\r\n\r\n", false, ErrBadChunk},
+		{"trailer starting with a space", "0\r\n X: y\r\n\r\n", false, ErrBadChunk},
+		{"space before extension", "1 ;a\r\nx\r\n0\r\n\r\n", false, ErrBadChunk},
+		{"4 KiB trailer section", "0\r\nX: " + strings.Repeat("t", 4200) + "\r\n\r\n", false, ErrChunkTooLarge},
 		{"trailer section of exactly 4 KiB", "0\r\nX: " + strings.Repeat("t", 4096-7) + "\r\n\r\n", true, nil},
-		{"much extension overhead", strings.Repeat(ext(3000), 8) + "0\r\n\r\n", false, errChunkTooLarge},
+		{"much extension overhead", strings.Repeat(ext(3000), 8) + "0\r\n\r\n", false, ErrChunkTooLarge},
 		{"some extension overhead", strings.Repeat(ext(3000), 5) + "0\r\n\r\n", true, nil},
 	}
 	for _, tc := range tests {
@@ -560,17 +560,17 @@ func TestChunkScannerAgainstNetHTTP(t *testing.T) {
 	}
 }
 
-// TestHopByHopOneSet: the fast path's field classifier and the net/http path's hopHeaders
+// TestHopByHopOneSet: the fast path's field classifier and the net/http path's HopByHop
 // name the same hop-by-hop set, so that both paths forward the same fields. (Trailer
 // stays on fast-path responses: their chunked bodies, trailers included, pass through
 // verbatim.)
 func TestHopByHopOneSet(t *testing.T) {
-	for _, name := range hopHeaders {
+	for _, name := range HopByHop {
 		for _, n := range []string{name, strings.ToLower(name), strings.ToUpper(name)} {
-			if k := requestFieldKind([]byte(n)); k == fkOther {
+			if k := requestFieldKind([]byte(n)); k == KindOther {
 				t.Errorf("request field %s is hop-by-hop for net/http's path, forwarded by the fast path", n)
 			}
-			if k := responseFieldKind([]byte(n)); k == fkOther && !strings.EqualFold(n, "Trailer") {
+			if k := responseFieldKind([]byte(n)); k == KindOther && !strings.EqualFold(n, "Trailer") {
 				t.Errorf("response field %s is hop-by-hop for net/http's path, relayed by the fast path", n)
 			}
 		}
@@ -582,10 +582,10 @@ func TestHopByHopOneSet(t *testing.T) {
 	for _, n := range []string{"Host", "Content-Length", "Expect", "X-Forwarded-For", "X-Forwarded-Proto",
 		"X-Forwarded-Host", "Forwarded", "X-Real-Ip", "Date", "Alt-Svc", "Accept", "Cookie", "Set-Cookie", "Trailer",
 		"Keep-Alive", "Upgrade", "Te", "Proxy-Connection"} {
-		inSet := slices.ContainsFunc(hopHeaders[:], func(h string) bool { return strings.EqualFold(h, n) })
-		special := requestFieldKind([]byte(n)) != fkOther || responseFieldKind([]byte(n)) != fkOther
+		inSet := slices.ContainsFunc(HopByHop[:], func(h string) bool { return strings.EqualFold(h, n) })
+		special := requestFieldKind([]byte(n)) != KindOther || responseFieldKind([]byte(n)) != KindOther
 		if special && !inSet && !slices.Contains(own, n) {
-			t.Errorf("%s is handled specially by the fast path but is not in hopHeaders", n)
+			t.Errorf("%s is handled specially by the fast path but is not in HopByHop", n)
 		}
 	}
 }
