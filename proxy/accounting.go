@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -59,4 +60,30 @@ func (a *connAttribution) attribute(h *stats.Host) {
 	if !a.counted.Load() && a.counted.CompareAndSwap(false, true) {
 		h.Connection()
 	}
+}
+
+// record does one request's accounting, once, for every front-end: the route's
+// counters when the host matched a route (e non-nil), and the totals (a request that got
+// no answer, status 0, is recorded as 499).
+func (s *Server) record(e *routetable.Entry, p stats.Proto, status int, in, out int64) {
+	if e != nil {
+		e.Stats.Request(in, out)
+	}
+	s.totals.Request(p, statusForTotals(status), in, out)
+}
+
+// settle closes an HTTP/1.1 request's byte account on its connection: in bytes were
+// read for it (the caller knows how many of the bytes read are its), and everything
+// written since the previous request's account is its output. The connection's later
+// bytes (a close, the next request's head) go to e's hostname (lastHost).
+func (cc *clientConn) settle(in int64, e *routetable.Entry) (out int64) {
+	wr := cc.writeN.Load()
+	out = wr - cc.acctWrite
+	cc.acctWrite = wr
+	cc.acctRead += in
+	cc.lastHost = nil
+	if e != nil {
+		cc.lastHost = e.Stats
+	}
+	return out
 }

@@ -62,18 +62,9 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	}
 
 	// Accounting: exactly this request's bytes in, and what was written for it.
-	cc := c.cc
 	in := int64(consumed)
-	wr := cc.writeN.Load()
-	out := wr - cc.acctWrite
-	cc.acctWrite = wr
-	cc.acctRead += in
-	cc.lastHost = nil
-	if e != nil {
-		cc.lastHost = e.Stats
-		e.Stats.Request(in, out)
-	}
-	s.totals.Request(stats.ProtoHTTP1, statusForTotals(status), in, out)
+	out := c.cc.settle(in, e)
+	s.record(e, stats.ProtoHTTP1, status, in, out)
 	s.totals.InFlight(-1)
 	if s.accessLog != nil {
 		c.logAccess(req, e, status, in, out)
@@ -312,7 +303,7 @@ func (s *h1FwdSink) appendPrior(k uint8) []byte {
 // replaced once by a new one under the pools' rule (upstream.MayReplay).
 func (c *h1Conn) exchange(w *h1Work, addr string) (*upstream.Conn, error) {
 	ps := c.s.up.Pools
-	uc := ps.Get(addr, c.now)
+	uc := ps.Get(addr, c.s.up.now())
 	for retried := false; ; retried = true {
 		if uc == nil {
 			var err error
@@ -543,7 +534,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 		return 0, true // the client left or stalled: recorded as 499
 	}
 	if done {
-		c.s.up.Put(uc, keepUp, time.Now())
+		c.s.up.Put(uc, keepUp, c.s.up.now())
 		return status, false
 	}
 
@@ -576,7 +567,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 				return 0, true // the client left or stalled: recorded as 499
 			}
 			if done {
-				c.s.up.Put(uc, keepUp, time.Now())
+				c.s.up.Put(uc, keepUp, c.s.up.now())
 				return status, false
 			}
 		}

@@ -341,12 +341,9 @@ func (c *h1Conn) refuse(w *h1Work, o outcome, err error) {
 	s.totals.InFlight(1)
 	status := c.answer(w, o)
 	cc := c.cc
-	wr := cc.writeN.Load()
-	out := wr - cc.acctWrite
-	cc.acctWrite = wr
 	in := int64(c.w - c.r)
-	cc.acctRead += in
-	s.totals.Request(stats.ProtoHTTP1, status, in, out)
+	out := cc.settle(in, nil)
+	s.record(nil, stats.ProtoHTTP1, status, in, out)
 	s.totals.InFlight(-1)
 	if s.accessLog != nil {
 		c.logAccess(&w.req, nil, status, in, out)

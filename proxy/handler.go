@@ -91,7 +91,7 @@ func (s *Server) covers(r *http.Request, rs *reqState) bool {
 		return rs.cc.covers(r.Host)
 	}
 	if r.TLS == nil {
-		return true // Handler used directly (tests, benchmarks)
+		return true // plain HTTP, or the handler called without a listener (benchmarks)
 	}
 	sni := r.TLS.ServerName
 	return certCovers(s.tables.Load().GetCertificate(sni), sni, r.Host)
@@ -221,20 +221,12 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, rs *reqState) {
 					f.Flush()
 				}
 			}
-			wr := cc.writeN.Load()
-			in, out = rd-cc.acctRead, wr-cc.acctWrite
-			cc.acctRead, cc.acctWrite = rd, wr
-			cc.lastHost = nil
-			if rs.entry != nil {
-				cc.lastHost = rs.entry.Stats
-			}
+			in = rd - cc.acctRead
+			out = cc.settle(in, rs.entry)
 		} else {
 			in, out = rs.in, rs.out
 		}
-		if rs.entry != nil {
-			rs.entry.Stats.Request(in, out)
-		}
-		s.totals.Request(rs.proto, statusForTotals(rs.status), in, out)
+		s.record(rs.entry, rs.proto, rs.status, in, out)
 		rs.in, rs.out = in, out
 	}
 	if s.accessLog != nil {

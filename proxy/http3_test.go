@@ -425,7 +425,7 @@ func TestAltSvcCostsNoAllocation(t *testing.T) {
 	cc := &clientConn{s: e.srv, tc: &tls.Conn{}} // a TLS connection of our listener
 	r = r.WithContext(context.WithValue(r.Context(), connKey{}, cc))
 	w := &discardRW{h: http.Header{}}
-	h := e.srv.Handler()
+	h := e.srv.handler
 	h.ServeHTTP(w, r) // warm: header maps reach their size
 	_, port, _ := net.SplitHostPort(e.srv.HTTP3Addr().String())
 	if got, want := w.h.Values("Alt-Svc"), `h3=":`+port+`"; ma=86400`; len(got) != 1 || got[0] != want {

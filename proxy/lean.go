@@ -29,7 +29,9 @@ import (
 type leanTransport struct {
 	*upstream.Pools
 	fallback http.RoundTripper
-	now      func() time.Time
+	// now is the pools' clock on both HTTP/1.1 paths (idle ages at Get and Put); tests
+	// move it to expire idle connections without waiting.
+	now func() time.Time
 }
 
 const (

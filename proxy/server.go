@@ -337,11 +337,6 @@ func (s *Server) Addrs() (httpAddr, httpsAddr net.Addr) {
 // Ready reports whether the listeners are serving and no shutdown has begun.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
-// Handler returns the routing handler itself (tests and benchmarks). Requests served
-// through it outside the Server's listeners carry no connection state: byte accounting
-// then uses the HTTP/2 rule (decoded header fields plus bodies) for every protocol.
-func (s *Server) Handler() http.Handler { return s.handler }
-
 // Serve serves on the bound listeners until Shutdown (then it returns nil once Shutdown
 // has finished) or until a listener fails (then it closes everything and returns that
 // error). Cancelling ctx closes everything at once, without draining. Every goroutine it

@@ -134,8 +134,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 	} else {
 		in, out = rs.in, rs.out+head.n
 	}
-	e.Stats.Request(in, out)
-	s.totals.Request(stats.ProtoHTTP1, http.StatusSwitchingProtocols, in, out)
+	s.record(e, stats.ProtoHTTP1, http.StatusSwitchingProtocols, in, out)
 	rs.in, rs.out = in, out
 
 	t := &tunnel{client: cconn, backend: bc}
