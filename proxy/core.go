@@ -13,9 +13,13 @@ import (
 // Front-ends (the fast HTTP/1.1 path in h1serve.go and h1forward.go; net/http's handler
 // for hand-offs, h2, h2c and HTTP/3 in handler.go and forward.go; WebSocket tunnels in
 // websocket.go) translate their wire into these calls and back. Besides this file the
-// core is: pick and passive health (targets.go), the mapping of failures to statuses and
-// failure kinds, their counting and logging (errors.go), the forwarding-field policy and
-// the hop-by-hop set (headers.go).
+// core is: pick and passive health (targets.go); the mapping of failures to statuses and
+// failure kinds, their counting and logging, the fixed answers and the HTTPS redirect
+// (errors.go); the forwarding-field policy (headers.go, writeForwarding, with one sink
+// per representation); the accounting rules (accounting.go: record, settle, attribute).
+// Below it, two leaf packages: internal/upstream (the target pools, the replay rule, the
+// 1xx rule, their limits) and internal/h1wire (the HTTP/1.1 parsers, the chunk scanner,
+// the hop-by-hop list).
 
 // targetWalk is one request's walk over its route's targets: targets in pick order, the
 // one being tried counted in flight, a connect failure marking it down (then counted and

@@ -9,7 +9,7 @@
 // # Hot paths
 //
 // HTTP/1.1 (plain and over TLS) starts at [h1Conn.run] (h1serve.go): one goroutine per
-// connection reads requests into its own buffer and parses them in place (proxy/internal/h1wire);
+// connection reads requests into its own buffer and parses them in place (internal/h1wire);
 // [h1Conn.serveRequest] (h1forward.go) does one TableSource.Load, one Compiled.Lookup, a
 // target pick (targets.go), writes the request to a pooled target connection in one
 // write, parses the answer in place and relays it, head and first body bytes in one
@@ -20,14 +20,15 @@
 // or large request bodies, anything its strict parser refuses) is handed, connection and
 // already-read bytes together, to net/http, which calls [handler.ServeHTTP] (handler.go)
 // per request: the same lookup and pick, then the forward (forward.go) with one
-// RoundTrip on the lean HTTP/1.1 upstream (upstream.go, on the handler's goroutine; it
+// RoundTrip on the lean HTTP/1.1 transport (lean.go, on the handler's goroutine; it
 // falls back to the shared http.Transport for what it does not handle). HTTP/3 uses the
 // same handler. It is protocol-agnostic: it learns what it needs about the client
 // connection from the *clientConn that ConnContext puts into the request context and
 // falls back to the request itself when there is none.
 //
-// Both paths share the targets' idle-connection pools (upstream.go), the error-to-status
-// mapping (errors.go) and the accounting rules (accounting.go). Connection-level work
+// Both paths share the forwarding core (core.go names its parts: target pick, failure
+// mapping, fixed answers, forwarding fields, accounting) and the targets' pools
+// (internal/upstream). Connection-level work
 // (TLS handshake, byte counters, ConnState) lives in conn.go; server.go is cold path.
 //
 // proxy imports routetable and stats only, never register or relay.

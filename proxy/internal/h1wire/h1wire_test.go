@@ -48,7 +48,7 @@ var h1RequestSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\xc2\xa0\r\n\r\n",
 }
 
-// FuzzH1RequestSubset checks the fast path's promise (h1parse.go): whatever parseRequest
+// FuzzH1RequestSubset checks the fast path's promise (request.go): whatever ParseRequest
 // accepts, net/http reads the same way. If it ever accepted a head that net/http reads
 // differently (another length, another host, another close decision), the proxy and the
 // standard library would disagree about a request: the stuff of request smuggling.
