@@ -169,26 +169,9 @@ var HopByHop = [...]string{
 // IsHopByHop reports whether name is in HopByHop (ASCII case-insensitive).
 func IsHopByHop[T string | []byte](name T) bool {
 	for _, h := range HopByHop {
-		if len(h) == len(name) && eqFoldCanon(name, h) {
+		if eqFoldBytes(name, h) {
 			return true
 		}
 	}
 	return false
-}
-
-// eqFoldCanon compares a field name with a canonical one, ASCII case-insensitively.
-func eqFoldCanon[T string | []byte](a T, b string) bool {
-	for i := 0; i < len(b); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }

@@ -43,11 +43,12 @@ func eqFold(b []byte, lower string) bool {
 	return true
 }
 
-func eqFoldBytes(a, b []byte) bool {
+// eqFoldBytes compares a and b ASCII case-insensitively.
+func eqFoldBytes[A, B string | []byte](a A, b B) bool {
 	if len(a) != len(b) {
 		return false
 	}
-	for i := range a {
+	for i := 0; i < len(a); i++ {
 		x, y := a[i], b[i]
 		if 'A' <= x && x <= 'Z' {
 			x += 'a' - 'A'
