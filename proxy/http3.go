@@ -75,12 +75,16 @@ func (s *Server) newHTTP3Server() {
 	if !s.cfg.HTTP3 || s.cfg.HTTPSAddr == "" {
 		return
 	}
+	// http3.Server sets NextProtos to h3 on its own clone (and chains its own ticket
+	// data onto ours); QUIC implies TLS 1.3. Tickets resume only for their name, as on
+	// TCP.
+	tlsCfg := &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: s.getCertificateH3,
+	}
+	bindTicketsToName(tlsCfg)
 	s.h3.srv = &http3.Server{
-		// http3.Server sets NextProtos to h3 on its own clone; QUIC implies TLS 1.3.
-		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS13,
-			GetCertificate: s.getCertificateH3,
-		},
+		TLSConfig: tlsCfg,
 		QUICConfig: &quic.Config{
 			// The whole handshake is bounded by twice this, so by ReadHeaderTimeout, as on TCP.
 			HandshakeIdleTimeout: s.cfg.ReadHeaderTimeout / 2,
