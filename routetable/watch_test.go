@@ -179,8 +179,8 @@ func TestLoadFileAndWatchFileRefuseAtStart(t *testing.T) {
 	wantViolation(t, err, "routes[0].targets must hold 1 to 64 targets")
 
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
-	if err := WatchFile(context.Background(), path, s, nil); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("WatchFile: %v", err)
+	if err := watchFile(context.Background(), path, s, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("watchFile: %v", err)
 	}
 	tb := validTable(t)
 	tb.Routes[2].TLS = &RouteTLS{ACME: true}
@@ -190,10 +190,10 @@ func TestLoadFileAndWatchFileRefuseAtStart(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := WatchFile(ctx, path, s, nil); err != nil {
+	if err := watchFile(ctx, path, s, nil); err != nil {
 		t.Fatal(err)
 	}
 	if rev, _ := s.Applied(); rev != 7 {
-		t.Fatal("WatchFile must load the file before watching")
+		t.Fatal("watchFile must load the file before watching")
 	}
 }
