@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -386,7 +387,7 @@ func (m *Manager) sync(ctx context.Context, e *engine, c *routetable.Compiled) {
 	}
 	m.names.Store(&names)
 	for _, w := range wildcard {
-		if !containsString(m.wildcard, w) {
+		if !slices.Contains(m.wildcard, w) {
 			m.log.Warn("acme: a wildcard route gets no certificate: only the DNS-01 challenge proves a wildcard, and the ingress does not answer it",
 				zap.String("hostname", w))
 		}
@@ -492,15 +493,6 @@ func (m *Manager) termsOfService(ctx context.Context, dir string) (string, error
 		return "", fmt.Errorf("reading the CA's directory: %w", err)
 	}
 	return d.Meta.TermsOfService, nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func isLoopback(host string) bool {

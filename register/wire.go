@@ -3,6 +3,7 @@ package register
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
 )
@@ -140,7 +141,7 @@ func readRefusal(data json.RawMessage) (refusal, bool) {
 		return refusal{}, false
 	}
 	reason, ok := jsonx.String(m.Get("reason"), "reason", &e)
-	if !ok || !known(reason) {
+	if !ok || !slices.Contains(RefusalReasons, reason) {
 		return refusal{}, false
 	}
 	ms, ok := jsonx.Int(m.Get("retryAfterMs"), "retryAfterMs", &e, 1000, 300000)
@@ -148,15 +149,6 @@ func readRefusal(data json.RawMessage) (refusal, bool) {
 		return refusal{}, false
 	}
 	return refusal{Reason: reason, RetryAfterMs: ms}, true
-}
-
-func known(reason string) bool {
-	for _, r := range RefusalReasons {
-		if r == reason {
-			return true
-		}
-	}
-	return false
 }
 
 // remoteReason returns data.reason when data is an object whose "reason" is a string,

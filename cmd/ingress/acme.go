@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -111,7 +112,7 @@ func acmeCheck(o options) func(*routetable.Table) []string {
 	}
 	if o.HTTPSAddr == "" {
 		missing = append(missing, "--https-addr (the TLS listener that serves its certificate)")
-	} else if o.HTTPAddr == "" && !contains(o.ACME.challenges, acme.TLSALPN01) {
+	} else if o.HTTPAddr == "" && !slices.Contains(o.ACME.challenges, acme.TLSALPN01) {
 		missing = append(missing, "a challenge it can answer (--acme-challenges http-01 needs --http-addr)")
 	}
 	return func(t *routetable.Table) []string {
@@ -127,15 +128,6 @@ func acmeCheck(o options) func(*routetable.Table) []string {
 		}
 		return v
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // newACME builds the ACME manager of a standalone instance: nil when there is no state
