@@ -1,6 +1,8 @@
 package routetable
 
 import (
+	"github.com/serve-zone/ingress/internal/testwait"
+
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -288,7 +290,7 @@ func TestFileSourceWatchesCertificateFiles(t *testing.T) {
 	renewed := writeCertFiles(t, certDir, "site", testcert.Options{Hosts: []string{"a.example.test"}})
 	b, _ := pem.Decode([]byte(renewed))
 	leaf, _ := x509.ParseCertificate(b.Bytes)
-	eventually(t, "the renewed certificate", func() bool { return serial() == leaf.SerialNumber.String() })
+	testwait.Until(t, wait, "the renewed certificate", func() bool { return serial() == leaf.SerialNumber.String() })
 	if serial() == first {
 		t.Fatal("serial unchanged")
 	}
@@ -298,7 +300,7 @@ func TestFileSourceWatchesCertificateFiles(t *testing.T) {
 	if err := os.Remove(filepath.Join(certDir, "site.key")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the refusal", func() bool {
+	testwait.Until(t, wait, "the refusal", func() bool {
 		for _, e := range logs.FilterMessage("route table violation").All() {
 			if strings.HasPrefix(e.ContextMap()["violation"].(string), "certificates[0].privateKeyFile cannot be read") {
 				return true
@@ -326,5 +328,5 @@ func TestFileSourceDocument(t *testing.T) {
 	runSource(t, src)
 	first := s.Load()
 	writeCertFiles(t, certDir, "q", testcert.Options{Hosts: []string{"q.example.test"}})
-	eventually(t, "the new certificate", func() bool { return s.Load() != first })
+	testwait.Until(t, wait, "the new certificate", func() bool { return s.Load() != first })
 }

@@ -127,6 +127,7 @@ func (f *FileSource) Load() error {
 		t, err = Decode(data, f.store.Mode())
 	}
 	if f.haveSum && sum == f.sum {
+		f.log.Debug("routes file unchanged", zap.String("path", f.path))
 		return nil
 	}
 	// Remember the content before judging it: a refused file is reported once, not on
@@ -242,6 +243,8 @@ func (f *FileSource) Run(ctx context.Context) error {
 			// A watched file itself, or a Kubernetes-style "..data" symlink swap beside it.
 			dir, name := filepath.Split(ev.Name)
 			if names[filepath.Clean(dir)][name] || strings.HasPrefix(name, "..") {
+				f.log.Debug("routes file changed: reloading after the debounce",
+					zap.String("file", ev.Name), zap.Duration("debounce", f.debounce))
 				timer.Reset(f.debounce)
 			}
 		case err, ok := <-w.Errors:
@@ -253,6 +256,7 @@ func (f *FileSource) Run(ctx context.Context) error {
 			f.loadLogged()
 			rewatch()
 		case <-f.reload:
+			f.log.Debug("routes file reload requested", zap.String("path", f.path))
 			f.loadLogged()
 			rewatch()
 		}

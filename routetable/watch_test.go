@@ -10,6 +10,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // writeFile replaces path by rename, as editors and config managers do.
@@ -33,16 +37,18 @@ func tableJSON(t *testing.T, tb *Table) []byte {
 	return b
 }
 
-// eventually polls cond every few milliseconds for up to 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// wait bounds every wait for the watcher: generous, since it is only reached on failure.
+const wait = 5 * time.Second
+
+// inOrder reports whether the log entries from index from on hold the messages msgs in
+// this order (others may come between).
+func inOrder(logs *observer.ObservedLogs, from int, msgs ...string) bool {
+	for _, e := range logs.All()[from:] {
+		if len(msgs) > 0 && e.Message == msgs[0] {
+			msgs = msgs[1:]
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	return len(msgs) == 0
 }
 
 // runSource starts src.Run and returns a stop function that waits for it.
@@ -84,14 +90,14 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	// A new revision, replaced by rename.
 	tb.Revision = 2
 	writeFile(t, path, tableJSON(t, tb))
-	eventually(t, "revision 2", func() bool { rev, _ := s.Applied(); return rev == 2 })
+	testwait.Until(t, wait, "revision 2", func() bool { rev, _ := s.Applied(); return rev == 2 })
 
 	// Same revision, changed content (written in place): applied, the file is the truth.
 	tb.Routes[2].Targets[0].Port = 81
 	if err := os.WriteFile(path, tableJSON(t, tb), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the changed port", func() bool {
+	testwait.Until(t, wait, "the changed port", func() bool {
 		return s.Load().Lookup("plain.example.test").Backends[0].Addr == "127.0.0.3:81"
 	})
 	n := applies()
@@ -99,15 +105,28 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	// An invalid file is refused once; the serving table stays.
 	serving := s.Load()
 	writeFile(t, path, []byte(strings.Replace(string(tableJSON(t, tb)), `"port":81`, `"port":0`, 1)))
-	eventually(t, "the refusal", func() bool { return metric(t, s, "ingress_route_table_refusals_total") == 1 })
+	testwait.Until(t, wait, "the refusal", func() bool { return metric(t, s, "ingress_route_table_refusals_total") == 1 })
 	if s.Load() != serving {
 		t.Fatal("a refused file replaced the serving table")
 	}
-	// Touching the refused file again without changing it reports nothing new.
+	// Reading the refused file again (Reload, then a touch, which the watcher sees and
+	// reads after its debounce) finds it unchanged and reports nothing new.
+	const (
+		requested = "routes file reload requested"
+		changed   = "routes file changed: reloading after the debounce"
+		unchanged = "routes file unchanged"
+	)
+	from := logs.Len()
 	src.Reload()
-	now := time.Now()
+	testwait.Until(t, wait, "the reload to read the file", func() bool {
+		return inOrder(logs, from, requested, unchanged)
+	})
+	from = logs.Len()
+	now := time.Now().Add(time.Second)
 	os.Chtimes(path, now, now)
-	time.Sleep(100 * time.Millisecond) // a few debounce periods: nothing may happen
+	testwait.Until(t, wait, "the touch to be read", func() bool {
+		return inOrder(logs, from, changed, unchanged)
+	})
 	if metric(t, s, "ingress_route_table_refusals_total") != 1 || applies() != n {
 		t.Fatal("an unchanged refused file was judged again")
 	}
@@ -119,7 +138,7 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	os.Remove(path)
 	tb.Revision = 3
 	writeFile(t, path, tableJSON(t, tb))
-	eventually(t, "revision 3", func() bool { rev, _ := s.Applied(); return rev == 3 })
+	testwait.Until(t, wait, "revision 3", func() bool { rev, _ := s.Applied(); return rev == 3 })
 }
 
 func TestFileSourceReloadOnRequest(t *testing.T) {
@@ -127,21 +146,27 @@ func TestFileSourceReloadOnRequest(t *testing.T) {
 	path := filepath.Join(dir, "routes.json")
 	tb := validTable(t)
 	writeFile(t, path, tableJSON(t, tb))
+	log, logs := observed()
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
 	// A debounce far beyond the test's life: only Reload can apply the change.
-	src := NewFileSource(path, s, FileSourceOptions{Debounce: time.Hour})
+	src := NewFileSource(path, s, FileSourceOptions{Debounce: time.Hour, Logger: log})
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
 	runSource(t, src)
+	// Run reads the file once more as it starts watching; only then is the change new.
+	testwait.Until(t, wait, "the first read", func() bool { return logs.FilterMessage("routes file unchanged").Len() > 0 })
 	tb.Revision = 8
 	writeFile(t, path, tableJSON(t, tb))
-	time.Sleep(50 * time.Millisecond)
+	// The watcher has seen the change (and only started its hour-long debounce).
+	testwait.Until(t, wait, "the watcher to see the change", func() bool {
+		return logs.FilterMessage("routes file changed: reloading after the debounce").Len() > 0
+	})
 	if rev, _ := s.Applied(); rev != 7 {
 		t.Fatalf("applied %d before Reload", rev)
 	}
 	src.Reload()
-	eventually(t, "revision 8", func() bool { rev, _ := s.Applied(); return rev == 8 })
+	testwait.Until(t, wait, "revision 8", func() bool { rev, _ := s.Applied(); return rev == 8 })
 }
 
 func TestFileSourceRunStopsWithContext(t *testing.T) {
