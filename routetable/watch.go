@@ -246,6 +246,8 @@ func (f *FileSource) Run(ctx context.Context) error {
 				f.log.Debug("routes file changed: reloading after the debounce",
 					zap.String("file", ev.Name), zap.Duration("debounce", f.debounce))
 				timer.Reset(f.debounce)
+			} else {
+				f.log.Debug("routes directory event ignored", zap.String("file", ev.Name))
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
