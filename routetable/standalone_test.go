@@ -281,7 +281,7 @@ func TestFileSourceWatchesCertificateFiles(t *testing.T) {
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
 	serial := func() string {
 		return s.Load().GetCertificate("a.example.test").Leaf.SerialNumber.String()
 	}
@@ -321,11 +321,12 @@ func TestFileSourceDocument(t *testing.T) {
 	doc := []byte(`{"revision":1,"routes":[{"hostname":"q.example.test","targets":[{"leaseId":"l","address":"127.0.0.1","port":1}],` +
 		`"tls":{"certificateId":"q","redirectHttp":true}}],"certificates":[{"id":"q","certificateFile":"q.crt","privateKeyFile":"q.key"}]}`)
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
-	src := NewFileSource(filepath.Join(certDir, "(command line)"), s, FileSourceOptions{Document: doc, Debounce: 20 * time.Millisecond})
+	log, logs := observed()
+	src := NewFileSource(filepath.Join(certDir, "(command line)"), s, FileSourceOptions{Document: doc, Debounce: 20 * time.Millisecond, Logger: log})
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
 	first := s.Load()
 	writeCertFiles(t, certDir, "q", testcert.Options{Hosts: []string{"q.example.test"}})
 	testwait.Until(t, wait, "the new certificate", func() bool { return s.Load() != first })

@@ -68,7 +68,6 @@ type FileSource struct {
 	log      *zap.Logger
 	debounce time.Duration
 	reload   chan struct{}
-	watching chan struct{}
 
 	mu      sync.Mutex // serialises loads; guards the fields below
 	sum     [sha256.Size]byte
@@ -86,7 +85,6 @@ func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSourc
 		log:      opts.Logger,
 		debounce: opts.Debounce,
 		reload:   make(chan struct{}, 1),
-		watching: make(chan struct{}),
 	}
 	if f.log == nil {
 		f.log = zap.NewNop()
@@ -172,9 +170,6 @@ func (f *FileSource) Reload() {
 	}
 }
 
-// Watching is closed once Run watches the directory: changes made after that are seen.
-func (f *FileSource) Watching() <-chan struct{} { return f.watching }
-
 // Run watches the file's directory and reloads on changes (debounced) and on Reload,
 // until ctx is done; then it returns nil. It returns an error only when the watch cannot
 // be set up. Call it once.
@@ -223,7 +218,8 @@ func (f *FileSource) Run(ctx context.Context) error {
 		}
 	}
 	rewatch()
-	close(f.watching)
+	// From here on a change is seen.
+	f.log.Debug("watching for routes file changes", zap.String("path", f.path), zap.Int("directories", len(watched)))
 	// A change made between the caller's Load and the watch above would otherwise go
 	// unseen until the next one; an unchanged file costs only its hash.
 	f.loadLogged()

@@ -51,8 +51,9 @@ func inOrder(logs *observer.ObservedLogs, from int, msgs ...string) bool {
 	return len(msgs) == 0
 }
 
-// runSource starts src.Run and returns a stop function that waits for it.
-func runSource(t *testing.T, src *FileSource) {
+// runSource starts src.Run, stopped when the test ends, and waits until it watches (logs
+// is src's logger's).
+func runSource(t *testing.T, src *FileSource, logs *observer.ObservedLogs) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -63,11 +64,15 @@ func runSource(t *testing.T, src *FileSource) {
 		}
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	select {
-	case <-src.Watching():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watcher did not start")
-	}
+	waitWatching(t, logs)
+}
+
+// waitWatching waits for Run's word that it watches: changes made after that are seen.
+func waitWatching(t *testing.T, logs *observer.ObservedLogs) {
+	t.Helper()
+	testwait.Until(t, wait, "the watcher to start", func() bool {
+		return logs.FilterMessage("watching for routes file changes").Len() > 0
+	})
 }
 
 func TestFileSourceReloadsOnChange(t *testing.T) {
@@ -84,7 +89,7 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
 	applies := func() float64 { return metric(t, s, "ingress_route_table_applies_total") }
 
 	// A new revision, replaced by rename.
@@ -153,7 +158,7 @@ func TestFileSourceReloadOnRequest(t *testing.T) {
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
 	// Run reads the file once more as it starts watching; only then is the change new.
 	testwait.Until(t, wait, "the first read", func() bool { return logs.FilterMessage("routes file unchanged").Len() > 0 })
 	tb.Revision = 8
@@ -171,11 +176,12 @@ func TestFileSourceReloadOnRequest(t *testing.T) {
 
 func TestFileSourceRunStopsWithContext(t *testing.T) {
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
-	src := NewFileSource(filepath.Join(t.TempDir(), "routes.json"), s, FileSourceOptions{})
+	log, logs := observed()
+	src := NewFileSource(filepath.Join(t.TempDir(), "routes.json"), s, FileSourceOptions{Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	<-src.Watching()
+	waitWatching(t, logs)
 	cancel()
 	select {
 	case err := <-done:
