@@ -34,8 +34,9 @@ var (
 	certificateKeys = []string{"id", "certificatePem", "privateKeyPem"}
 )
 
-// Decode reads one IClusterIngressRouteTable under the exact-schema rule: every missing
-// key, extra key and wrongly typed value is reported with its JSON path. It judges the
+// Decode reads one IClusterIngressRouteTable under the exact-schema rule (internal/jsonx):
+// every missing key, extra key and wrongly typed value is reported with its JSON path; a
+// key repeated in any object refuses the text with that key's path alone. It judges the
 // shape only; [Validate] (which Store.Apply runs) judges the rules of contract §6. The
 // error is an *Error with CodeInvalid whose Revision is the table's when that much
 // decoded, else -1; text that is not JSON is one violation naming the line and column
@@ -278,6 +279,7 @@ func readFileField(m jsonx.Members, key, path string, fr *fileReader, e *jsonx.E
 	return fr.read(name, jsonx.Join(path, key), e)
 }
 
+// hasMember reports whether v is an object with a member key.
 func hasMember(v jsonx.Value, key string) bool {
 	fs, _ := v.Fields()
 	return fs.Has(key)
