@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	acmez "github.com/mholt/acmez/v3/acme"
 	"go.uber.org/zap"
 
+	"github.com/serve-zone/ingress/internal/jsonx"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -484,15 +484,30 @@ func (m *Manager) termsOfService(ctx context.Context, dir string) (string, error
 	if res.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("fetching the CA's directory: HTTP %d", res.StatusCode)
 	}
-	var d struct {
-		Meta struct {
-			TermsOfService string `json:"termsOfService"`
-		} `json:"meta"`
-	}
-	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&d); err != nil {
+	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
 		return "", fmt.Errorf("reading the CA's directory: %w", err)
 	}
-	return d.Meta.TermsOfService, nil
+	// The directory is untrusted JSON like any other: one reader (internal/jsonx), a
+	// repeated key refused. Its other keys are the CA's business.
+	doc, err := jsonx.Parse(body)
+	if err != nil {
+		return "", fmt.Errorf("reading the CA's directory: %w", err)
+	}
+	top, ok := doc.Fields()
+	if !ok {
+		return "", errors.New("reading the CA's directory: not a JSON object")
+	}
+	meta, _ := top.Get("meta").Fields()
+	v, ok := meta.Lookup("termsOfService")
+	if !ok || v.IsNull() {
+		return "", nil
+	}
+	terms, ok := v.AsString()
+	if !ok {
+		return "", errors.New("reading the CA's directory: meta.termsOfService is not a string")
+	}
+	return terms, nil
 }
 
 func isLoopback(host string) bool {

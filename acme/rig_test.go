@@ -21,6 +21,7 @@ import (
 
 	"github.com/serve-zone/ingress/internal/pebbletest"
 	"github.com/serve-zone/ingress/internal/testcert"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/proxy"
 	"github.com/serve-zone/ingress/routetable"
 )
@@ -253,17 +254,16 @@ func (r *rig) handshake(sni string, roots *x509.CertPool) (*x509.Certificate, er
 // leaf (nil accepts any), and returns that leaf.
 func (r *rig) waitServed(sni string, roots *x509.CertPool, accept func(*x509.Certificate) bool) *x509.Certificate {
 	r.t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
+	var served *x509.Certificate
+	testwait.UntilWhy(r.t, waitLimit, sni+": an acceptable certificate served", func() (bool, string) {
 		leaf, err := r.handshake(sni, roots)
-		if err == nil && (accept == nil || accept(leaf)) {
-			return leaf
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("%s: no acceptable certificate served within %s (last: %v)", sni, waitLimit, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the listener, not a guess at timing
-	}
+		served = leaf
+		return accept == nil || accept(leaf), "not accepted: " + leaf.Subject.String()
+	})
+	return served
 }
 
 // get sends GET url through the listeners (https to the TLS one, verified against roots;

@@ -507,7 +507,9 @@ func TestH1ResponseFraming(t *testing.T) {
 				}
 				for i, w := range tc.writes {
 					if i > 0 {
-						time.Sleep(20 * time.Millisecond) // separate reads at the proxy
+						// Part of what is tested: a target that sends its answer in pieces,
+						// apart in time, so that the proxy reads them separately.
+						time.Sleep(20 * time.Millisecond)
 					}
 					io.WriteString(c, w)
 				}
@@ -869,8 +871,16 @@ func TestH1ShutdownSparesNewConnections(t *testing.T) {
 		defer e.srv.h1.mu.Unlock()
 		return len(e.srv.h1.m) == 1
 	})
+	// A connection that has been answered and waits for its next request is idle: the
+	// drain closes it at its first pass over the connections. Once it is closed, that
+	// pass has judged the fresh connection too (and must have spared it).
+	idle := newRawClient(t, e.http)
+	idle.send(get1("/idle"))
+	if res, _ := idle.read("GET"); res.StatusCode != 200 {
+		t.Fatalf("request before the drain: %d", res.StatusCode)
+	}
 	shut := shutdownInBackground(t, e, 5*time.Second)
-	time.Sleep(30 * time.Millisecond) // a few of Shutdown's polls of idle connections
+	idle.closed()
 
 	fresh.send(get1("/late"))
 	res, body := fresh.read("GET")

@@ -2,6 +2,7 @@ package register
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 )
 
@@ -29,7 +30,7 @@ func FuzzBodyDecoders(f *testing.F) {
 			}
 		}
 		if r, ok := readRefusal(raw); ok {
-			if r.RetryAfterMs < 1000 || r.RetryAfterMs > 300000 || !known(r.Reason) {
+			if r.RetryAfterMs < 1000 || r.RetryAfterMs > 300000 || !slices.Contains(RefusalReasons, r.Reason) {
 				t.Fatalf("accepted a bad refusal %q: %+v", data, r)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/serve-zone/ingress/env"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/relay"
 	"github.com/serve-zone/ingress/relaysim"
 	"github.com/serve-zone/ingress/routetable"
@@ -63,6 +64,8 @@ func recordWaits() option {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			// Part of what is tested: the injected wait stands in for the backoff, lasting
+			// 1 ms instead of d so that the session's next attempt comes promptly.
 			time.Sleep(time.Millisecond)
 			return nil
 		}
@@ -154,32 +157,40 @@ func (h *harness) calls(method string) []relaysim.RecordedCall {
 
 func (h *harness) waitApplied(rev int64) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if got, ok := h.store.Applied(); ok && got == rev {
-			return
-		}
-		if time.Now().After(deadline) {
-			got, _ := h.store.Applied()
-			h.t.Fatalf("applied revision %d, want %d", got, rev)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.UntilWhy(h.t, 10*time.Second, fmt.Sprintf("revision %d applied", rev), func() (bool, string) {
+		got, ok := h.store.Applied()
+		return ok && got == rev, fmt.Sprintf("applied %d", got)
+	})
 }
 
 func (h *harness) waitState(want State) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if st, _ := h.session.State(); st == want {
-			return
+	testwait.UntilWhy(h.t, 10*time.Second, "state "+want.String(), func() (bool, string) {
+		st, _ := h.session.State()
+		return st == want, "state " + st.String()
+	})
+}
+
+// requestedPulls counts the pulls made for RequestPull that have ended (each logs its
+// outcome with reason "requested").
+func (h *harness) requestedPulls() int {
+	n := 0
+	for _, e := range h.logs.All() {
+		if e.ContextMap()["reason"] == "requested" {
+			n++
 		}
-		if time.Now().After(deadline) {
-			st, _ := h.session.State()
-			h.t.Fatalf("state %s, want %s", st, want)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	return n
+}
+
+// pullBarrier asks for one pull and waits until it has ended. The puller serves requests
+// one at a time and a pull drains a pending one, so after the barrier no pull asked for
+// before it can still come: a test that must show a pull did NOT happen counts after it.
+func (h *harness) pullBarrier() {
+	h.t.Helper()
+	before := h.requestedPulls()
+	h.session.RequestPull()
+	testwait.Until(h.t, 10*time.Second, "the requested pull", func() bool { return h.requestedPulls() > before })
 }
 
 func TestRegistrationBodyIsExact(t *testing.T) {
@@ -223,9 +234,12 @@ func TestPullsAfterAcceptanceNamingANewerRevision(t *testing.T) {
 func TestNoPullWhenRelayHasNoTable(t *testing.T) {
 	h := newHarness(t, nil, repull(time.Hour))
 	h.waitState(StateRegistered)
-	time.Sleep(100 * time.Millisecond)
-	if n := len(h.calls(MethodGetRouteTable)); n != 0 {
-		t.Fatalf("%d pulls after an acceptance with revision null", n)
+	h.pullBarrier()
+	if n := len(h.calls(MethodGetRouteTable)); n != 1 {
+		t.Fatalf("%d pulls besides the requested one after an acceptance with revision null", n-1)
+	}
+	if first := h.logs.FilterMessage("the relay holds no route table yet").All(); first[0].ContextMap()["reason"] != "requested" {
+		t.Fatalf("a pull (%v) came before the requested one", first[0].ContextMap()["reason"])
 	}
 	if h.store.Load() != nil {
 		t.Fatal("a table appeared from nowhere")
@@ -241,16 +255,16 @@ func TestHintsPullOnlyNewerRevisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
-	if n := len(h.calls(MethodGetRouteTable)); n != 1 {
-		t.Fatalf("%d pulls, want 1: hints not newer than the applied revision must be ignored", n)
+	h.pullBarrier()
+	if n := len(h.calls(MethodGetRouteTable)); n != 2 {
+		t.Fatalf("%d pulls, want the first and the requested one: hints not newer than the applied revision must be ignored", n)
 	}
 	h.sim.SetTable(table(4), 4)
 	if err := h.sim.PushHint(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	h.waitApplied(4)
-	if got := string(h.calls(MethodGetRouteTable)[1].Request); got != `{"knownRevision":3}` {
+	if got := string(h.calls(MethodGetRouteTable)[2].Request); got != `{"knownRevision":3}` {
 		t.Fatalf("second pull %s", got)
 	}
 }
@@ -273,8 +287,8 @@ func TestHintsDuringSlowPullCoalesce(t *testing.T) {
 		}
 	}
 	h.waitApplied(5)
-	time.Sleep(600 * time.Millisecond)
-	if n := len(h.calls(MethodGetRouteTable)) - 1; n < 1 || n > 2 {
+	h.pullBarrier()
+	if n := len(h.calls(MethodGetRouteTable)) - 2; n < 1 || n > 2 { // less the first and the requested
 		t.Fatalf("%d pulls for the hints, want at most 2", n)
 	}
 }
@@ -288,21 +302,15 @@ func TestRefusedRevisionIsNotPulledAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitCalls(MethodGetRouteTable, 2)
-	deadline := time.Now().Add(5 * time.Second)
-	for !h.store.Refused(6) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !h.store.Refused(6) {
-		t.Fatal("revision 6 was not refused")
-	}
+	testwait.Until(t, 5*time.Second, "revision 6 refused", func() bool { return h.store.Refused(6) })
 	for range 3 {
 		if err := h.sim.PushHint(ctx, 6); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(150 * time.Millisecond)
-	if n := len(h.calls(MethodGetRouteTable)); n != 2 {
-		t.Fatalf("%d pulls, want 2: a refused revision must not be pulled again", n)
+	h.pullBarrier() // the requested pull gets revision 6 again and discards it
+	if n := len(h.calls(MethodGetRouteTable)); n != 3 {
+		t.Fatalf("%d pulls, want 2 and the requested one: a refused revision must not be pulled again", n)
 	}
 	if rev, _ := h.store.Applied(); rev != 1 || h.store.Load() == nil {
 		t.Fatalf("serving revision %d after a refusal, want 1", rev)

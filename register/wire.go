@@ -3,6 +3,7 @@ package register
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
 )
@@ -62,20 +63,20 @@ type accepted struct {
 	hasRevision bool
 }
 
-func decodeOffer(raw json.RawMessage, path string, e *jsonx.Errors) (Offer, bool) {
+func decodeOffer(raw jsonx.Value, path string, e *jsonx.Errors) (Offer, bool) {
 	n := e.Len()
 	m := jsonx.Object(raw, path, e, []string{"name", "minVersion", "maxVersion"}, nil)
 	if m == nil {
 		return Offer{}, false
 	}
 	var o Offer
-	if v, ok := m["name"]; ok {
+	if v, ok := m.Lookup("name"); ok {
 		o.Name, _ = jsonx.String(v, jsonx.Join(path, "name"), e)
 	}
-	if v, ok := m["minVersion"]; ok {
+	if v, ok := m.Lookup("minVersion"); ok {
 		o.MinVersion, _ = jsonx.Int(v, jsonx.Join(path, "minVersion"), e, 1, jsonx.MaxSafeInteger)
 	}
-	if v, ok := m["maxVersion"]; ok {
+	if v, ok := m.Lookup("maxVersion"); ok {
 		o.MaxVersion, _ = jsonx.Int(v, jsonx.Join(path, "maxVersion"), e, 1, jsonx.MaxSafeInteger)
 	}
 	if e.Len() == n && o.MinVersion > o.MaxVersion {
@@ -88,21 +89,21 @@ func decodeOffer(raw json.RawMessage, path string, e *jsonx.Errors) (Offer, bool
 func decodeAccepted(raw json.RawMessage) (accepted, error) {
 	var e jsonx.Errors
 	var a accepted
-	m := jsonx.Object(raw, "response", &e, []string{"accepted", "revision", "protocol"}, nil)
+	m := jsonx.ObjectBody(raw, "response", &e, []string{"accepted", "revision", "protocol"}, nil)
 	if m != nil {
-		if v, ok := m["accepted"]; ok {
+		if v, ok := m.Lookup("accepted"); ok {
 			if b, ok := jsonx.Bool(v, "response.accepted", &e); ok && !b {
 				e.Addf("response.accepted", "must be true")
 			}
 		}
-		if v, ok := m["revision"]; ok {
-			if jsonx.IsNull(v) {
+		if v, ok := m.Lookup("revision"); ok {
+			if v.IsNull() {
 				a.revision = -1
 			} else if r, ok := jsonx.Counter(v, "response.revision", &e); ok {
 				a.revision, a.hasRevision = r, true
 			}
 		}
-		if v, ok := m["protocol"]; ok {
+		if v, ok := m.Lookup("protocol"); ok {
 			if o, ok := decodeOffer(v, "response.protocol", &e); ok {
 				a.protocol = o
 				if a.useVersion = OwnOffer.shared(o); a.useVersion == 0 {
@@ -131,67 +132,57 @@ var RefusalReasons = []string{
 // an answer is "anything else", not a refusal.
 func readRefusal(data json.RawMessage) (refusal, bool) {
 	var e jsonx.Errors
-	m := jsonx.Object(data, "data", &e, []string{"code", "reason", "retryAfterMs"}, nil)
+	m := jsonx.ObjectBody(data, "data", &e, []string{"code", "reason", "retryAfterMs"}, nil)
 	if m == nil || e.Len() > 0 {
 		return refusal{}, false
 	}
-	code, ok := jsonx.String(m["code"], "code", &e)
+	code, ok := jsonx.String(m.Get("code"), "code", &e)
 	if !ok || code != "cluster-ingress-registration-refused" {
 		return refusal{}, false
 	}
-	reason, ok := jsonx.String(m["reason"], "reason", &e)
-	if !ok || !known(reason) {
+	reason, ok := jsonx.String(m.Get("reason"), "reason", &e)
+	if !ok || !slices.Contains(RefusalReasons, reason) {
 		return refusal{}, false
 	}
-	ms, ok := jsonx.Int(m["retryAfterMs"], "retryAfterMs", &e, 1000, 300000)
+	ms, ok := jsonx.Int(m.Get("retryAfterMs"), "retryAfterMs", &e, 1000, 300000)
 	if !ok {
 		return refusal{}, false
 	}
 	return refusal{Reason: reason, RetryAfterMs: ms}, true
 }
 
-func known(reason string) bool {
-	for _, r := range RefusalReasons {
-		if r == reason {
-			return true
-		}
-	}
-	return false
-}
-
 // remoteReason returns data.reason when data is an object whose "reason" is a string,
 // whatever else it holds: what a malformed refusal meant, for the log line.
 func remoteReason(data json.RawMessage) (string, bool) {
-	var v struct {
-		Reason *string `json:"reason"`
-	}
-	if json.Unmarshal(data, &v) != nil || v.Reason == nil {
+	v, err := jsonx.Parse(data)
+	if err != nil {
 		return "", false
 	}
-	return *v.Reason, true
+	m, _ := v.Fields()
+	return m.Get("reason").AsString()
 }
 
 // readProtocolRefusal answers the refusing side's offer when data is exactly an
 // IProtocolRefusal.
 func readProtocolRefusal(data json.RawMessage) (Offer, bool) {
 	var e jsonx.Errors
-	m := jsonx.Object(data, "data", &e, []string{"code", "offer"}, nil)
+	m := jsonx.ObjectBody(data, "data", &e, []string{"code", "offer"}, nil)
 	if m == nil || e.Len() > 0 {
 		return Offer{}, false
 	}
-	code, ok := jsonx.String(m["code"], "code", &e)
+	code, ok := jsonx.String(m.Get("code"), "code", &e)
 	if !ok || code != "protocol-refused" {
 		return Offer{}, false
 	}
-	return decodeOffer(m["offer"], "offer", &e)
+	return decodeOffer(m.Get("offer"), "offer", &e)
 }
 
 // decodeHint reads `{ revision: Counter }` exactly.
 func decodeHint(raw json.RawMessage) (int64, []string) {
 	var e jsonx.Errors
-	m := jsonx.Object(raw, "request", &e, []string{"revision"}, nil)
+	m := jsonx.ObjectBody(raw, "request", &e, []string{"revision"}, nil)
 	var rev int64
-	if v, ok := m["revision"]; ok {
+	if v, ok := m.Lookup("revision"); ok {
 		rev, _ = jsonx.Counter(v, "revision", &e)
 	}
 	return rev, e.List()
@@ -201,13 +192,13 @@ func decodeHint(raw json.RawMessage) (int64, []string) {
 // table (nil for null); the table itself is judged by Tables.ApplyJSON.
 func decodeTableAnswer(raw json.RawMessage) (json.RawMessage, error) {
 	var e jsonx.Errors
-	m := jsonx.Object(raw, "response", &e, []string{"table"}, nil)
+	m := jsonx.ObjectBody(raw, "response", &e, []string{"table"}, nil)
 	if err := e.Err(); err != nil {
 		return nil, err
 	}
-	t := m["table"]
-	if jsonx.IsNull(t) {
+	t := m.Get("table")
+	if t.IsNull() {
 		return nil, nil
 	}
-	return t, nil
+	return json.RawMessage(t), nil
 }

@@ -28,6 +28,7 @@ func TestReadRefusal(t *testing.T) {
 		{"missing key", `{"code":"cluster-ingress-registration-refused","reason":"conflict"}`, false, refusal{}},
 		{"not an object", `[]`, false, refusal{}},
 		{"absent", ``, false, refusal{}},
+		{"repeated key", `{"code":"cluster-ingress-registration-refused","reason":"conflict","retryAfterMs":1500,"reason":"not-ready"}`, false, refusal{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +74,7 @@ func TestDecodeAccepted(t *testing.T) {
 		{"other protocol", `{"accepted":true,"revision":1,"protocol":{"name":"other","minVersion":1,"maxVersion":1}}`, "shares no version", 0},
 		{"extra key", `{"accepted":true,"revision":1,"protocol":{"name":"serve.zone/cluster-ingress","minVersion":1,"maxVersion":1},"x":1}`, "x is not allowed", 0},
 		{"missing key", `{"accepted":true,"protocol":{"name":"serve.zone/cluster-ingress","minVersion":1,"maxVersion":1}}`, "revision is missing", 0},
+		{"repeated key", `{"accepted":true,"revision":1,"protocol":{"name":"serve.zone/cluster-ingress","minVersion":1,"maxVersion":1,"minVersion":2}}`, "response.protocol.minVersion is repeated", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,11 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 func echo(side string) HandlerFunc {
@@ -300,7 +305,7 @@ func TestRunStopsWithContext(t *testing.T) {
 	runCtx, stop := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(runCtx) }()
-	time.Sleep(20 * time.Millisecond)
+	testwait.Until(t, 5*time.Second, "Run to start", p.running.Load) // stop a running peer
 	stop()
 	select {
 	case err := <-errc:
@@ -323,7 +328,10 @@ func TestRunStopsWithContext(t *testing.T) {
 func TestBusyHandlersAnswerRetryNotDeadlock(t *testing.T) {
 	release := make(chan struct{})
 	var running atomic.Int32
-	pr := newPair(t, fastOpts(), fastOpts(), func(p *Peer) {
+	so := fastOpts()
+	core, logs := observer.New(zapcore.DebugLevel)
+	so.Logger = zap.New(core)
+	pr := newPair(t, so, fastOpts(), func(p *Peer) {
 		p.Handle("hold", func(ctx context.Context, _ json.RawMessage) (any, error) {
 			running.Add(1)
 			select {
@@ -343,10 +351,10 @@ func TestBusyHandlersAnswerRetryNotDeadlock(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for running.Load() < MaxConcurrentHandlers && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Every call beyond the bound is answered "retry" (and logged so) instead of run.
+	testwait.Until(t, 5*time.Second, "the calls beyond the bound to be asked to retry", func() bool {
+		return logs.FilterMessage("relay handlers busy; asking for a retry").Len() >= n-MaxConcurrentHandlers
+	})
 	if got := running.Load(); got != MaxConcurrentHandlers {
 		t.Fatalf("%d handlers running, want the bound %d", got, MaxConcurrentHandlers)
 	}

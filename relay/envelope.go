@@ -45,57 +45,64 @@ type Retry struct {
 }
 
 // decodeEnvelope reads one text frame as an envelope. Keys beyond the envelope's are
-// ignored; the bodies are returned raw, for their handlers to judge. The errors name
-// every violation with its JSON path and never quote the frame. Even with violations the
-// returned envelope holds what could be read (method, correlation), so that a request
-// with a usable correlation id can be answered.
+// ignored; the bodies are returned raw, for their handlers to judge (the whole frame,
+// bodies included, has been checked by jsonx.Parse: no repeated name anywhere). The
+// errors name every violation with its JSON path and never quote the frame. Even with
+// violations the returned envelope holds what could be read (method, correlation), so
+// that a request with a usable correlation id can be answered.
 func decodeEnvelope(frame []byte) (Envelope, *jsonx.Errors) {
 	var env Envelope
 	e := &jsonx.Errors{}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(frame, &m) != nil || m == nil {
+	doc, err := jsonx.Parse(frame)
+	if err != nil && jsonx.IsRepeated(err) {
+		e.AddSyntax(err, "", "")
+		return env, e
+	}
+	m, ok := doc.Fields()
+	if err != nil || !ok {
 		e.Addf("", "the message must be a JSON object")
 		return env, e
 	}
-	if raw, ok := m["method"]; !ok {
+	if raw, ok := m.Lookup("method"); !ok {
 		e.Addf("method", "is missing")
 	} else if s, ok := jsonx.String(raw, "method", e); ok {
 		env.Method = s
 	}
-	if raw, ok := m["correlation"]; !ok {
+	if raw, ok := m.Lookup("correlation"); !ok {
 		e.Addf("correlation", "is missing")
 	} else {
 		decodeCorrelation(raw, &env.Correlation, e)
 	}
-	if raw, ok := m["request"]; ok {
-		env.Request = raw
+	if raw, ok := m.Lookup("request"); ok {
+		env.Request = json.RawMessage(raw)
 	} else if env.Correlation.Phase == PhaseRequest {
 		e.Addf("request", "is missing")
 	}
-	if raw, ok := m["response"]; ok && !jsonx.IsNull(raw) {
-		env.Response = raw
+	if raw, ok := m.Lookup("response"); ok && !raw.IsNull() {
+		env.Response = json.RawMessage(raw)
 	}
-	if raw, ok := m["error"]; ok && !jsonx.IsNull(raw) {
-		env.Error = decodeError(raw, e)
+	errRaw, hasErr := m.Lookup("error")
+	if hasErr && !errRaw.IsNull() {
+		env.Error = decodeError(errRaw, e)
 	}
-	if raw, ok := m["retry"]; ok && !jsonx.IsNull(raw) {
+	if raw, ok := m.Lookup("retry"); ok && !raw.IsNull() {
 		env.Retry = decodeRetry(raw, e)
 	}
 	if env.Correlation.Phase == PhaseResponse && env.Response == nil && env.Error == nil && env.Retry == nil {
-		if _, hasErr := m["error"]; !hasErr || e.Len() == 0 {
+		if !hasErr || e.Len() == 0 {
 			e.Addf("", "an answer must carry response or error")
 		}
 	}
 	return env, e
 }
 
-func decodeCorrelation(raw json.RawMessage, c *Correlation, e *jsonx.Errors) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil || m == nil {
+func decodeCorrelation(raw jsonx.Value, c *Correlation, e *jsonx.Errors) {
+	m, ok := raw.Fields()
+	if !ok {
 		e.Addf("correlation", "must be an object")
 		return
 	}
-	if v, ok := m["id"]; !ok {
+	if v, ok := m.Lookup("id"); !ok {
 		e.Addf("correlation.id", "is missing")
 	} else if s, ok := jsonx.String(v, "correlation.id", e); ok {
 		if s == "" {
@@ -103,7 +110,7 @@ func decodeCorrelation(raw json.RawMessage, c *Correlation, e *jsonx.Errors) {
 		}
 		c.ID = s
 	}
-	if v, ok := m["phase"]; !ok {
+	if v, ok := m.Lookup("phase"); !ok {
 		e.Addf("correlation.phase", "is missing")
 	} else if s, ok := jsonx.String(v, "correlation.phase", e); ok {
 		if s != PhaseRequest && s != PhaseResponse {
@@ -113,15 +120,15 @@ func decodeCorrelation(raw json.RawMessage, c *Correlation, e *jsonx.Errors) {
 	}
 }
 
-func decodeError(raw json.RawMessage, e *jsonx.Errors) *ErrorBody {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil || m == nil {
+func decodeError(raw jsonx.Value, e *jsonx.Errors) *ErrorBody {
+	m, ok := raw.Fields()
+	if !ok {
 		e.Addf("error", "must be an object")
 		return nil
 	}
 	b := &ErrorBody{Data: json.RawMessage(`{}`)}
-	ok := true
-	if v, present := m["text"]; !present {
+	ok = true
+	if v, present := m.Lookup("text"); !present {
 		e.Addf("error.text", "is missing")
 		ok = false
 	} else if s, good := jsonx.String(v, "error.text", e); good {
@@ -129,8 +136,8 @@ func decodeError(raw json.RawMessage, e *jsonx.Errors) *ErrorBody {
 	} else {
 		ok = false
 	}
-	if v, present := m["data"]; present {
-		b.Data = v
+	if v, present := m.Lookup("data"); present {
+		b.Data = json.RawMessage(v)
 	}
 	if !ok {
 		return nil
@@ -138,23 +145,24 @@ func decodeError(raw json.RawMessage, e *jsonx.Errors) *ErrorBody {
 	return b
 }
 
-func decodeRetry(raw json.RawMessage, e *jsonx.Errors) *Retry {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil || m == nil {
+func decodeRetry(raw jsonx.Value, e *jsonx.Errors) *Retry {
+	m, ok := raw.Fields()
+	if !ok {
 		e.Addf("retry", "must be an object")
 		return nil
 	}
 	r := &Retry{}
-	ok := true
-	if v, present := m["waitForMs"]; !present {
+	ok = true
+	if v, present := m.Lookup("waitForMs"); !present {
 		e.Addf("retry.waitForMs", "is missing")
 		ok = false
-	} else if json.Unmarshal(v, &r.WaitForMs) != nil || jsonx.IsNull(v) ||
-		r.WaitForMs < 0 || math.IsNaN(r.WaitForMs) || math.IsInf(r.WaitForMs, 0) {
+	} else if f, good := v.AsFloat(); !good || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
 		e.Addf("retry.waitForMs", "must be a non-negative number")
 		ok = false
+	} else {
+		r.WaitForMs = f
 	}
-	if v, present := m["reason"]; !present {
+	if v, present := m.Lookup("reason"); !present {
 		e.Addf("retry.reason", "is missing")
 		ok = false
 	} else if s, good := jsonx.String(v, "retry.reason", e); good {

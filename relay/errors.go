@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/jsonx"
 )
 
 var (
@@ -51,16 +53,12 @@ func (e *RemoteError) Is(target error) bool {
 
 // Code returns data.code when data is an object whose "code" is a string, else "".
 func (e *RemoteError) Code() string {
-	var v struct {
-		Code json.RawMessage `json:"code"`
-	}
-	if json.Unmarshal(e.Data, &v) != nil || len(v.Code) == 0 {
+	data, err := jsonx.Parse(e.Data)
+	if err != nil {
 		return ""
 	}
-	var s string
-	if json.Unmarshal(v.Code, &s) != nil {
-		return ""
-	}
+	m, _ := data.Fields()
+	s, _ := m.Get("code").AsString()
 	return s
 }
 

@@ -192,6 +192,9 @@ func TestDecodeEnvelope(t *testing.T) {
 		{"not an object", `[]`, "the message must be a JSON object"},
 		{"not JSON", `{`, "the message must be a JSON object"},
 		{"null", `null`, "the message must be a JSON object"},
+		{"repeated key", `{"method":"m","request":{},"method":"n","correlation":{"id":"a","phase":"request"}}`, "method is repeated"},
+		{"repeated nested key", `{"method":"m","request":{},"correlation":{"id":"a","phase":"request","id":"b"}}`, "correlation.id is repeated"},
+		{"repeated key in a body", `{"method":"m","request":{"revision":1,"revision":2},"correlation":{"id":"a","phase":"request"}}`, "request.revision is repeated"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,14 +57,14 @@ type registration struct {
 // e holds every violation of the whole body.
 func judgeRegistration(raw json.RawMessage) (reg registration, offerOK bool, e *jsonx.Errors) {
 	e = &jsonx.Errors{}
-	m := jsonx.Object(raw, "", e, []string{"bearer", "version", "nodeId", "protocol"}, []string{"capabilities"})
+	m := jsonx.ObjectBody(raw, "", e, []string{"bearer", "version", "nodeId", "protocol"}, []string{"capabilities"})
 	if m == nil {
 		return reg, false, e
 	}
-	if v, ok := m["protocol"]; ok {
+	if v, ok := m.Lookup("protocol"); ok {
 		reg.Offer, offerOK = judgeOffer(v, "protocol", e)
 	}
-	if v, ok := m["bearer"]; ok {
+	if v, ok := m.Lookup("bearer"); ok {
 		if s, ok := jsonx.String(v, "bearer", e); ok {
 			if !visibleASCII(s) || len(s) > 4096 {
 				e.Addf("bearer", "must be 1 to 4096 visible ASCII characters")
@@ -72,12 +72,12 @@ func judgeRegistration(raw json.RawMessage) (reg registration, offerOK bool, e *
 			reg.Bearer = s
 		}
 	}
-	if v, ok := m["version"]; ok {
+	if v, ok := m.Lookup("version"); ok {
 		if s, ok := jsonx.String(v, "version", e); ok && !semver.MatchString(s) {
 			e.Addf("version", "must be a semantic version like 1.2.3 or 1.2.3-pre")
 		}
 	}
-	if v, ok := m["nodeId"]; ok {
+	if v, ok := m.Lookup("nodeId"); ok {
 		if s, ok := jsonx.String(v, "nodeId", e); ok {
 			if !jsonx.IsID(s) {
 				e.Addf("nodeId", "must be an Id")
@@ -85,26 +85,26 @@ func judgeRegistration(raw json.RawMessage) (reg registration, offerOK bool, e *
 			reg.NodeID = s
 		}
 	}
-	if v, ok := m["capabilities"]; ok {
+	if v, ok := m.Lookup("capabilities"); ok {
 		judgeCapabilities(v, e)
 	}
 	return reg, offerOK, e
 }
 
-func judgeOffer(raw json.RawMessage, path string, e *jsonx.Errors) (Offer, bool) {
+func judgeOffer(raw jsonx.Value, path string, e *jsonx.Errors) (Offer, bool) {
 	var o Offer
 	before := e.Len()
 	m := jsonx.Object(raw, path, e, []string{"name", "minVersion", "maxVersion"}, nil)
 	if m == nil {
 		return o, false
 	}
-	if v, ok := m["name"]; ok {
+	if v, ok := m.Lookup("name"); ok {
 		o.Name, _ = jsonx.String(v, jsonx.Join(path, "name"), e)
 	}
-	if v, ok := m["minVersion"]; ok {
+	if v, ok := m.Lookup("minVersion"); ok {
 		o.MinVersion, _ = jsonx.Int(v, jsonx.Join(path, "minVersion"), e, 1, jsonx.MaxSafeInteger)
 	}
-	if v, ok := m["maxVersion"]; ok {
+	if v, ok := m.Lookup("maxVersion"); ok {
 		o.MaxVersion, _ = jsonx.Int(v, jsonx.Join(path, "maxVersion"), e, 1, jsonx.MaxSafeInteger)
 	}
 	if e.Len() == before && o.MinVersion > o.MaxVersion {
@@ -113,7 +113,7 @@ func judgeOffer(raw json.RawMessage, path string, e *jsonx.Errors) (Offer, bool)
 	return o, e.Len() == before
 }
 
-func judgeCapabilities(raw json.RawMessage, e *jsonx.Errors) {
+func judgeCapabilities(raw jsonx.Value, e *jsonx.Errors) {
 	list, ok := jsonx.Array(raw, "capabilities", e)
 	if !ok {
 		return
@@ -158,8 +158,8 @@ func shares(o Offer) bool {
 // judgeTableRequest reads {"knownRevision": Counter | null}.
 func judgeTableRequest(raw json.RawMessage) []string {
 	e := &jsonx.Errors{}
-	m := jsonx.Object(raw, "", e, []string{"knownRevision"}, nil)
-	if v, ok := m["knownRevision"]; ok && !jsonx.IsNull(v) {
+	m := jsonx.ObjectBody(raw, "", e, []string{"knownRevision"}, nil)
+	if v, ok := m.Lookup("knownRevision"); ok && !v.IsNull() {
 		jsonx.Counter(v, "knownRevision", e)
 	}
 	return e.List()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/relay"
 )
 
@@ -346,13 +347,7 @@ func TestDropDelayAndCloseSessions(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("CloseSessions did not close the ingress socket")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Connected() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if s.Connected() != 0 {
-		t.Fatalf("Connected = %d after CloseSessions", s.Connected())
-	}
+	testwait.Until(t, 5*time.Second, "no session after CloseSessions", func() bool { return s.Connected() == 0 })
 	if err := s.PushHint(ctx, 1); !errors.Is(err, ErrNoIngress) {
 		t.Fatalf("PushHint with nobody connected: %v", err)
 	}
@@ -365,10 +360,7 @@ func TestCloseEndsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, done := fakeIngress(t, origin, relay.Options{}, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Connected() != 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, "the ingress connected", func() bool { return s.Connected() == 1 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,8 @@
 package routetable
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
 )
@@ -39,8 +34,9 @@ var (
 	certificateKeys = []string{"id", "certificatePem", "privateKeyPem"}
 )
 
-// Decode reads one IClusterIngressRouteTable under the exact-schema rule: every missing
-// key, extra key and wrongly typed value is reported with its JSON path. It judges the
+// Decode reads one IClusterIngressRouteTable under the exact-schema rule (internal/jsonx):
+// every missing key, extra key and wrongly typed value is reported with its JSON path; a
+// key repeated in any object refuses the text with that key's path alone. It judges the
 // shape only; [Validate] (which Store.Apply runs) judges the rules of contract §6. The
 // error is an *Error with CodeInvalid whose Revision is the table's when that much
 // decoded, else -1; text that is not JSON is one violation naming the line and column
@@ -50,42 +46,18 @@ func Decode(data []byte, mode Mode) (*Table, error) { return decode(data, mode, 
 
 // decode is Decode; with fr, certificates may name PEM files, which fr reads.
 func decode(data []byte, mode Mode, fr *fileReader) (*Table, error) {
-	if !json.Valid(data) {
-		return nil, newInvalid(-1, []string{syntaxViolation(data)})
+	doc, err := jsonx.Parse(data)
+	if err != nil {
+		var e jsonx.Errors
+		e.AddSyntax(err, "", "the route table")
+		return nil, newInvalid(-1, e.List())
 	}
 	var e jsonx.Errors
-	t, rev := decodeTable(data, "", mode, fr, &e)
+	t, rev := decodeTable(doc, "", mode, fr, &e)
 	if e.Len() > 0 {
 		return nil, newInvalid(rev, withRuleViolations(t, mode, e.List()))
 	}
 	return t, nil
-}
-
-// syntaxViolation says where and why data (which json.Valid refused) is not JSON: the
-// line and column (1-based; columns count characters) of the first byte that cannot be
-// part of a JSON text, or of the end of the text when it ends too early.
-func syntaxViolation(data []byte) string {
-	var se *json.SyntaxError
-	if err := json.Unmarshal(data, new(json.RawMessage)); !errors.As(err, &se) {
-		return "the route table is not valid JSON"
-	}
-	pos := int(se.Offset) - 1 // Offset counts the offending byte
-	if se.Offset >= int64(len(data)) && strings.HasPrefix(se.Error(), "unexpected end") {
-		pos = len(data)
-	}
-	pos = max(0, min(pos, len(data)))
-	line, col := lineColumn(data, pos)
-	return fmt.Sprintf("line %d, column %d: the route table is not valid JSON: %s", line, col, se.Error())
-}
-
-// lineColumn returns the 1-based line and column of data[pos].
-func lineColumn(data []byte, pos int) (line, col int) {
-	before := data[:pos]
-	line = 1 + bytes.Count(before, []byte{'\n'})
-	if i := bytes.LastIndexByte(before, '\n'); i >= 0 {
-		before = before[i+1:]
-	}
-	return line, 1 + utf8.RuneCount(before)
 }
 
 // withRuleViolations adds to the shape violations of a table that failed to decode the
@@ -126,25 +98,24 @@ func violationPath(v string) string {
 
 var fileMemberAsPEM = strings.NewReplacer(".certificateFile", ".certificatePem", ".privateKeyFile", ".privateKeyPem")
 
-// decodeTable reads valid JSON text. It also returns the revision when it decoded (-1
-// otherwise), so that a refusal can name the revision it refuses.
-func decodeTable(raw []byte, path string, mode Mode, fr *fileReader, e *jsonx.Errors) (*Table, int64) {
-	// One copy of the text: every plain string of the table is a substring of it.
-	doc := string(bytes.TrimSpace(raw))
-	m := object(doc, path, e, tableKeys)
+// decodeTable reads a checked table. It also returns the revision when it decoded (-1
+// otherwise), so that a refusal can name the revision it refuses. Every plain string of
+// the table is a substring of doc, Parse's one copy of the text.
+func decodeTable(doc jsonx.Value, path string, mode Mode, fr *fileReader, e *jsonx.Errors) (*Table, int64) {
+	m := jsonx.Object(doc, path, e, tableKeys, nil)
 	if m == nil {
 		return nil, -1
 	}
 	t := &Table{}
 	rev := int64(-1)
-	if v, ok := get(m, "revision"); ok {
+	if v, ok := m.Lookup("revision"); ok {
 		if n, ok := counter(v, path, "revision", e); ok {
 			t.Revision, rev = n, n
 		}
 	}
-	if v, ok := get(m, "routes"); ok {
+	if v, ok := m.Lookup("routes"); ok {
 		p := jsonx.Join(path, "routes")
-		if a, ok := array(v, p, e); ok {
+		if a, ok := jsonx.Array(v, p, e); ok {
 			t.Routes = make([]Route, len(a))
 			targets := 0
 			for _, r := range a {
@@ -156,9 +127,9 @@ func decodeTable(raw []byte, path string, mode Mode, fr *fileReader, e *jsonx.Er
 			}
 		}
 	}
-	if v, ok := get(m, "certificates"); ok {
+	if v, ok := m.Lookup("certificates"); ok {
 		p := jsonx.Join(path, "certificates")
-		if a, ok := array(v, p, e); ok {
+		if a, ok := jsonx.Array(v, p, e); ok {
 			t.Certificates = make([]Certificate, len(a))
 			for i, c := range a {
 				decodeCertificate(c, jsonx.Index(p, i), fr, e, &t.Certificates[i])
@@ -170,7 +141,7 @@ func decodeTable(raw []byte, path string, mode Mode, fr *fileReader, e *jsonx.Er
 
 // countHint guesses how many targets a route span holds (a count of "leaseId"), to size
 // the shared target pool; a wrong guess only costs a reallocation.
-func countHint(r string) int {
+func countHint(r jsonx.Value) int {
 	n := 0
 	for i := 0; i+9 <= len(r); i++ {
 		if r[i] == '"' && r[i+1] == 'l' && r[i:i+9] == `"leaseId"` {
@@ -181,17 +152,17 @@ func countHint(r string) int {
 	return n
 }
 
-func decodeRoute(raw, path string, mode Mode, e *jsonx.Errors, r *Route, pool []Target) []Target {
-	m := object(raw, path, e, routeKeys)
+func decodeRoute(raw jsonx.Value, path string, mode Mode, e *jsonx.Errors, r *Route, pool []Target) []Target {
+	m := jsonx.Object(raw, path, e, routeKeys, nil)
 	if m == nil {
 		return pool
 	}
-	if v, ok := get(m, "hostname"); ok {
+	if v, ok := m.Lookup("hostname"); ok {
 		r.Hostname = str(v, path, "hostname", e)
 	}
-	if v, ok := get(m, "targets"); ok {
+	if v, ok := m.Lookup("targets"); ok {
 		p := jsonx.Join(path, "targets")
-		if a, ok := array(v, p, e); ok {
+		if a, ok := jsonx.Array(v, p, e); ok {
 			start := len(pool)
 			for j, tg := range a {
 				pool = append(pool, Target{})
@@ -200,52 +171,50 @@ func decodeRoute(raw, path string, mode Mode, e *jsonx.Errors, r *Route, pool []
 			r.Targets = pool[start:len(pool):len(pool)]
 		}
 	}
-	if v, ok := get(m, "tls"); ok && v != "null" {
+	if v, ok := m.Lookup("tls"); ok && v != "null" {
 		r.TLS = decodeRouteTLS(v, jsonx.Join(path, "tls"), mode, e)
 	}
 	return pool
 }
 
-func decodeTarget(raw, path string, e *jsonx.Errors, t *Target) {
-	m := object(raw, path, e, targetKeys)
+func decodeTarget(raw jsonx.Value, path string, e *jsonx.Errors, t *Target) {
+	m := jsonx.Object(raw, path, e, targetKeys, nil)
 	if m == nil {
 		return
 	}
-	if v, ok := get(m, "leaseId"); ok {
+	if v, ok := m.Lookup("leaseId"); ok {
 		t.LeaseID = str(v, path, "leaseId", e)
 	}
-	if v, ok := get(m, "address"); ok {
+	if v, ok := m.Lookup("address"); ok {
 		t.Address = str(v, path, "address", e)
 	}
-	if v, ok := get(m, "port"); ok {
+	if v, ok := m.Lookup("port"); ok {
 		t.Port = int(integer(v, path, "port", e, 1, 65535))
 	}
 }
 
-func decodeRouteTLS(raw, path string, mode Mode, e *jsonx.Errors) *RouteTLS {
+func decodeRouteTLS(raw jsonx.Value, path string, mode Mode, e *jsonx.Errors) *RouteTLS {
 	keys := tlsKeys
-	if mode == ModeStandalone && len(raw) > 0 && raw[0] == '{' {
-		if _, acme := get(members(raw), "acme"); acme {
-			keys = tlsACMEKeys
-		}
+	if mode == ModeStandalone && hasMember(raw, "acme") {
+		keys = tlsACMEKeys
 	}
-	m := object(raw, path, e, keys)
+	m := jsonx.Object(raw, path, e, keys, nil)
 	if m == nil {
 		return nil
 	}
 	t := &RouteTLS{}
 	if &keys[0] == &tlsKeys[0] {
-		if v, ok := get(m, "certificateId"); ok {
+		if v, ok := m.Lookup("certificateId"); ok {
 			t.CertificateID = str(v, path, "certificateId", e)
 		}
-	} else if v, ok := get(m, "acme"); ok {
+	} else if v, ok := m.Lookup("acme"); ok {
 		before := e.Len()
 		t.ACME = boolean(v, path, "acme", e)
 		if !t.ACME && e.Len() == before {
 			e.Addf(jsonx.Join(path, "acme"), "must be true")
 		}
 	}
-	if v, ok := get(m, "redirectHttp"); ok {
+	if v, ok := m.Lookup("redirectHttp"); ok {
 		t.RedirectHTTP = boolean(v, path, "redirectHttp", e)
 	}
 	return t
@@ -257,15 +226,13 @@ var certificateSources = [2][2]string{{"certificatePem", "certificateFile"}, {"p
 // decodeCertificate reads one certificate. With fr (a standalone file), each of the
 // certificate and the key may be given as a file name instead (certificateFile,
 // privateKeyFile), which fr reads; giving both forms of one is a violation.
-func decodeCertificate(raw, path string, fr *fileReader, e *jsonx.Errors, c *Certificate) {
+func decodeCertificate(raw jsonx.Value, path string, fr *fileReader, e *jsonx.Errors, c *Certificate) {
 	keys := certificateKeys
 	fromFile := [2]bool{}
-	if fr != nil && len(raw) > 0 && raw[0] == '{' {
-		fs := members(raw)
+	if fs, ok := raw.Fields(); fr != nil && ok {
 		keys = []string{"id"}
 		for i, src := range certificateSources {
-			_, hasPEM := get(fs, src[0])
-			_, hasFile := get(fs, src[1])
+			hasPEM, hasFile := fs.Has(src[0]), fs.Has(src[1])
 			switch {
 			case hasPEM && hasFile:
 				e.Addf(path, "must give %s or %s, not both", src[0], src[1])
@@ -278,29 +245,29 @@ func decodeCertificate(raw, path string, fr *fileReader, e *jsonx.Errors, c *Cer
 			}
 		}
 	}
-	m := object(raw, path, e, keys)
+	m := jsonx.Object(raw, path, e, keys, nil)
 	if m == nil {
 		return
 	}
-	if v, ok := get(m, "id"); ok {
+	if v, ok := m.Lookup("id"); ok {
 		c.ID = str(v, path, "id", e)
 	}
 	if fromFile[0] {
 		c.CertificateFile, c.CertificatePEM = readFileField(m, "certificateFile", path, fr, e)
-	} else if v, ok := get(m, "certificatePem"); ok {
+	} else if v, ok := m.Lookup("certificatePem"); ok {
 		c.CertificatePEM = str(v, path, "certificatePem", e)
 	}
 	if fromFile[1] {
 		c.PrivateKeyFile, c.PrivateKeyPEM = readFileField(m, "privateKeyFile", path, fr, e)
-	} else if v, ok := get(m, "privateKeyPem"); ok {
+	} else if v, ok := m.Lookup("privateKeyPem"); ok {
 		c.PrivateKeyPEM = str(v, path, "privateKeyPem", e)
 	}
 }
 
 // readFileField reads the file that the string member key of m names; it returns the
 // resolved name and the content.
-func readFileField(m []field, key, path string, fr *fileReader, e *jsonx.Errors) (file, content string) {
-	v, ok := get(m, key)
+func readFileField(m jsonx.Members, key, path string, fr *fileReader, e *jsonx.Errors) (file, content string) {
+	v, ok := m.Lookup(key)
 	if !ok {
 		return "", ""
 	}
@@ -310,4 +277,10 @@ func readFileField(m []field, key, path string, fr *fileReader, e *jsonx.Errors)
 		return "", ""
 	}
 	return fr.read(name, jsonx.Join(path, key), e)
+}
+
+// hasMember reports whether v is an object with a member key.
+func hasMember(v jsonx.Value, key string) bool {
+	fs, _ := v.Fields()
+	return fs.Has(key)
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/serve-zone/ingress/internal/jsonx"
 )
 
 // examplesDir holds copies of the contract's examples (../shared/contract/examples).
@@ -85,25 +83,6 @@ func hostOf(e *Entry) string {
 		return ""
 	}
 	return e.Hostname
-}
-
-// TestRelayTableValue decodes the table inside a larger body, as the relay session does.
-func TestDecodeRawInsideBody(t *testing.T) {
-	data := exampleTables(t)["route-table.json"]
-	body := []byte(`{"table":` + string(data) + `}`)
-	var e jsonx.Errors
-	m := jsonx.Object(body, "", &e, []string{"table"}, nil)
-	tab := DecodeRaw(m["table"], "table", ModeRelay, &e)
-	if tab == nil || e.Len() != 0 {
-		t.Fatalf("DecodeRaw: %v", e.Err())
-	}
-	bad := []byte(`{"revision": 1, "routes": [{"hostname": 5, "targets": [], "tls": null}], "certificates": []}`)
-	if tab := DecodeRaw(bad, "table", ModeRelay, &e); tab != nil {
-		t.Fatal("a table with a violation must decode to nil")
-	}
-	if !slices.Contains(e.List(), "table.routes[0].hostname must be a string") {
-		t.Fatalf("violations %q", e.List())
-	}
 }
 
 func TestDecodeSchemaViolations(t *testing.T) {
@@ -247,6 +226,10 @@ func mustJSON(v any) string {
 func TestDecodeRefusesRepeatedKeys(t *testing.T) {
 	_, err := Decode([]byte(`{"revision":1,"revision":2,"routes":[],"certificates":[]}`), ModeRelay)
 	wantViolation(t, err, "revision is repeated")
+	// Deep down, and spelled with an escape: still the same name, named by its path.
+	_, err = Decode([]byte(`{"revision":1,"routes":[{"hostname":"a.test","targets":[{"leaseId":"l","address":"127.0.0.1",`+
+		`"port":80,"\u0070ort":81}],"tls":null}],"certificates":[]}`), ModeRelay)
+	wantViolation(t, err, "routes[0].targets[0].port is repeated")
 }
 
 // TestDecodeAgreesWithEncodingJSON feeds the one-pass reader escapes, whitespace and

@@ -84,22 +84,33 @@ func FuzzDecode(f *testing.F) {
 }
 
 // checkInvariants re-checks, independently of Validate, what an accepted table promises.
+// A relay table is strictly ordered; a standalone file may list things in any order
+// (contract §7) but repeats nothing.
 func checkInvariants(t *testing.T, tb *Table, mode Mode) {
 	t.Helper()
+	relay := mode == ModeRelay
+	hosts := map[string]bool{}
 	if tb.Revision < 0 || len(tb.Routes) > MaxRoutes || len(tb.Certificates) > MaxCertificates {
 		t.Fatal("limits broken")
 	}
 	ids := map[string]bool{}
 	for i, c := range tb.Certificates {
-		if i > 0 && c.ID <= tb.Certificates[i-1].ID {
+		if relay && i > 0 && c.ID <= tb.Certificates[i-1].ID {
 			t.Fatal("certificates not strictly ordered")
+		}
+		if _, dup := ids[c.ID]; dup {
+			t.Fatalf("certificate %q twice", c.ID)
 		}
 		ids[c.ID] = false
 	}
 	for i, r := range tb.Routes {
-		if i > 0 && r.Hostname <= tb.Routes[i-1].Hostname {
+		if relay && i > 0 && r.Hostname <= tb.Routes[i-1].Hostname {
 			t.Fatal("routes not strictly ordered")
 		}
+		if hosts[r.Hostname] {
+			t.Fatalf("hostname %q twice", r.Hostname)
+		}
+		hosts[r.Hostname] = true
 		if !ValidHostname(r.Hostname) || strings.ToLower(r.Hostname) != r.Hostname || strings.HasSuffix(r.Hostname, ".") {
 			t.Fatalf("hostname %q accepted", r.Hostname)
 		}
@@ -107,8 +118,13 @@ func checkInvariants(t *testing.T, tb *Table, mode Mode) {
 			t.Fatal("target count broken")
 		}
 		for j, tg := range r.Targets {
-			if j > 0 && compareTargets(&tg, &r.Targets[j-1]) <= 0 {
+			if relay && j > 0 && compareTargets(&tg, &r.Targets[j-1]) <= 0 {
 				t.Fatal("targets not strictly ordered")
+			}
+			for _, other := range r.Targets[:j] {
+				if other.Address == tg.Address && other.Port == tg.Port {
+					t.Fatalf("target %s:%d twice", tg.Address, tg.Port)
+				}
 			}
 			if tg.Port < 1 || tg.Port > 65535 || !ValidTargetAddress(tg.Address) {
 				t.Fatalf("target %+v accepted", tg)

@@ -68,6 +68,22 @@ func TestPersistAndLoadState(t *testing.T) {
 	}
 }
 
+// TestLoadStateRefusesRepeatedKeys: a state file is untrusted JSON like any other; a
+// repeated key is refused with its path, not resolved.
+func TestLoadStateRefusesRepeatedKeys(t *testing.T) {
+	valid, _ := json.Marshal(validTable(t))
+	repeated := strings.Replace(string(valid), `"port":8080`, `"port":8080,"port":8081`, 1)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte(repeated), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(StoreOptions{StateDir: dir})
+	err := s.LoadState()
+	if err == nil || !strings.Contains(err.Error(), "routes[0].targets[0].port is repeated") || s.Load() != nil {
+		t.Fatalf("LoadState = %v, want the repeated port refused", err)
+	}
+}
+
 func TestLoadStateIgnoresBadFiles(t *testing.T) {
 	valid, _ := json.Marshal(validTable(t))
 	invalid := strings.Replace(string(valid), `"port":8080`, `"port":0`, 1)

@@ -1,6 +1,8 @@
 package routetable
 
 import (
+	"github.com/serve-zone/ingress/internal/testwait"
+
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -279,7 +281,7 @@ func TestFileSourceWatchesCertificateFiles(t *testing.T) {
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
 	serial := func() string {
 		return s.Load().GetCertificate("a.example.test").Leaf.SerialNumber.String()
 	}
@@ -288,7 +290,7 @@ func TestFileSourceWatchesCertificateFiles(t *testing.T) {
 	renewed := writeCertFiles(t, certDir, "site", testcert.Options{Hosts: []string{"a.example.test"}})
 	b, _ := pem.Decode([]byte(renewed))
 	leaf, _ := x509.ParseCertificate(b.Bytes)
-	eventually(t, "the renewed certificate", func() bool { return serial() == leaf.SerialNumber.String() })
+	testwait.Until(t, wait, "the renewed certificate", func() bool { return serial() == leaf.SerialNumber.String() })
 	if serial() == first {
 		t.Fatal("serial unchanged")
 	}
@@ -298,7 +300,7 @@ func TestFileSourceWatchesCertificateFiles(t *testing.T) {
 	if err := os.Remove(filepath.Join(certDir, "site.key")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the refusal", func() bool {
+	testwait.Until(t, wait, "the refusal", func() bool {
 		for _, e := range logs.FilterMessage("route table violation").All() {
 			if strings.HasPrefix(e.ContextMap()["violation"].(string), "certificates[0].privateKeyFile cannot be read") {
 				return true
@@ -319,12 +321,13 @@ func TestFileSourceDocument(t *testing.T) {
 	doc := []byte(`{"revision":1,"routes":[{"hostname":"q.example.test","targets":[{"leaseId":"l","address":"127.0.0.1","port":1}],` +
 		`"tls":{"certificateId":"q","redirectHttp":true}}],"certificates":[{"id":"q","certificateFile":"q.crt","privateKeyFile":"q.key"}]}`)
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
-	src := NewFileSource(filepath.Join(certDir, "(command line)"), s, FileSourceOptions{Document: doc, Debounce: 20 * time.Millisecond})
+	log, logs := observed()
+	src := NewFileSource(filepath.Join(certDir, "(command line)"), s, FileSourceOptions{Document: doc, Debounce: 20 * time.Millisecond, Logger: log})
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
 	first := s.Load()
 	writeCertFiles(t, certDir, "q", testcert.Options{Hosts: []string{"q.example.test"}})
-	eventually(t, "the new certificate", func() bool { return s.Load() != first })
+	testwait.Until(t, wait, "the new certificate", func() bool { return s.Load() != first })
 }

@@ -68,7 +68,6 @@ type FileSource struct {
 	log      *zap.Logger
 	debounce time.Duration
 	reload   chan struct{}
-	watching chan struct{}
 
 	mu      sync.Mutex // serialises loads; guards the fields below
 	sum     [sha256.Size]byte
@@ -86,7 +85,6 @@ func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSourc
 		log:      opts.Logger,
 		debounce: opts.Debounce,
 		reload:   make(chan struct{}, 1),
-		watching: make(chan struct{}),
 	}
 	if f.log == nil {
 		f.log = zap.NewNop()
@@ -127,6 +125,7 @@ func (f *FileSource) Load() error {
 		t, err = Decode(data, f.store.Mode())
 	}
 	if f.haveSum && sum == f.sum {
+		f.log.Debug("routes file unchanged", zap.String("path", f.path))
 		return nil
 	}
 	// Remember the content before judging it: a refused file is reported once, not on
@@ -170,9 +169,6 @@ func (f *FileSource) Reload() {
 	default:
 	}
 }
-
-// Watching is closed once Run watches the directory: changes made after that are seen.
-func (f *FileSource) Watching() <-chan struct{} { return f.watching }
 
 // Run watches the file's directory and reloads on changes (debounced) and on Reload,
 // until ctx is done; then it returns nil. It returns an error only when the watch cannot
@@ -222,7 +218,8 @@ func (f *FileSource) Run(ctx context.Context) error {
 		}
 	}
 	rewatch()
-	close(f.watching)
+	// From here on a change is seen.
+	f.log.Debug("watching for routes file changes", zap.String("path", f.path), zap.Int("directories", len(watched)))
 	// A change made between the caller's Load and the watch above would otherwise go
 	// unseen until the next one; an unchanged file costs only its hash.
 	f.loadLogged()
@@ -242,7 +239,11 @@ func (f *FileSource) Run(ctx context.Context) error {
 			// A watched file itself, or a Kubernetes-style "..data" symlink swap beside it.
 			dir, name := filepath.Split(ev.Name)
 			if names[filepath.Clean(dir)][name] || strings.HasPrefix(name, "..") {
+				f.log.Debug("routes file changed: reloading after the debounce",
+					zap.String("file", ev.Name), zap.Duration("debounce", f.debounce))
 				timer.Reset(f.debounce)
+			} else {
+				f.log.Debug("routes directory event ignored", zap.String("file", ev.Name))
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -253,6 +254,7 @@ func (f *FileSource) Run(ctx context.Context) error {
 			f.loadLogged()
 			rewatch()
 		case <-f.reload:
+			f.log.Debug("routes file reload requested", zap.String("path", f.path))
 			f.loadLogged()
 			rewatch()
 		}

@@ -10,6 +10,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // writeFile replaces path by rename, as editors and config managers do.
@@ -33,20 +37,23 @@ func tableJSON(t *testing.T, tb *Table) []byte {
 	return b
 }
 
-// eventually polls cond every few milliseconds for up to 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// wait bounds every wait for the watcher: generous, since it is only reached on failure.
+const wait = 5 * time.Second
+
+// inOrder reports whether the log entries from index from on hold the messages msgs in
+// this order (others may come between).
+func inOrder(logs *observer.ObservedLogs, from int, msgs ...string) bool {
+	for _, e := range logs.All()[from:] {
+		if len(msgs) > 0 && e.Message == msgs[0] {
+			msgs = msgs[1:]
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	return len(msgs) == 0
 }
 
-// runSource starts src.Run and returns a stop function that waits for it.
-func runSource(t *testing.T, src *FileSource) {
+// runSource starts src.Run, stopped when the test ends, and waits until it watches (logs
+// is src's logger's).
+func runSource(t *testing.T, src *FileSource, logs *observer.ObservedLogs) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -57,11 +64,15 @@ func runSource(t *testing.T, src *FileSource) {
 		}
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	select {
-	case <-src.Watching():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watcher did not start")
-	}
+	waitWatching(t, logs)
+}
+
+// waitWatching waits for Run's word that it watches: changes made after that are seen.
+func waitWatching(t *testing.T, logs *observer.ObservedLogs) {
+	t.Helper()
+	testwait.Until(t, wait, "the watcher to start", func() bool {
+		return logs.FilterMessage("watching for routes file changes").Len() > 0
+	})
 }
 
 func TestFileSourceReloadsOnChange(t *testing.T) {
@@ -78,20 +89,20 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
 	applies := func() float64 { return metric(t, s, "ingress_route_table_applies_total") }
 
 	// A new revision, replaced by rename.
 	tb.Revision = 2
 	writeFile(t, path, tableJSON(t, tb))
-	eventually(t, "revision 2", func() bool { rev, _ := s.Applied(); return rev == 2 })
+	testwait.Until(t, wait, "revision 2", func() bool { rev, _ := s.Applied(); return rev == 2 })
 
 	// Same revision, changed content (written in place): applied, the file is the truth.
 	tb.Routes[2].Targets[0].Port = 81
 	if err := os.WriteFile(path, tableJSON(t, tb), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the changed port", func() bool {
+	testwait.Until(t, wait, "the changed port", func() bool {
 		return s.Load().Lookup("plain.example.test").Backends[0].Addr == "127.0.0.3:81"
 	})
 	n := applies()
@@ -99,15 +110,28 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	// An invalid file is refused once; the serving table stays.
 	serving := s.Load()
 	writeFile(t, path, []byte(strings.Replace(string(tableJSON(t, tb)), `"port":81`, `"port":0`, 1)))
-	eventually(t, "the refusal", func() bool { return metric(t, s, "ingress_route_table_refusals_total") == 1 })
+	testwait.Until(t, wait, "the refusal", func() bool { return metric(t, s, "ingress_route_table_refusals_total") == 1 })
 	if s.Load() != serving {
 		t.Fatal("a refused file replaced the serving table")
 	}
-	// Touching the refused file again without changing it reports nothing new.
+	// Reading the refused file again (Reload, then a touch, which the watcher sees and
+	// reads after its debounce) finds it unchanged and reports nothing new.
+	const (
+		requested = "routes file reload requested"
+		changed   = "routes file changed: reloading after the debounce"
+		unchanged = "routes file unchanged"
+	)
+	from := logs.Len()
 	src.Reload()
-	now := time.Now()
+	testwait.Until(t, wait, "the reload to read the file", func() bool {
+		return inOrder(logs, from, requested, unchanged)
+	})
+	from = logs.Len()
+	now := time.Now().Add(time.Second)
 	os.Chtimes(path, now, now)
-	time.Sleep(100 * time.Millisecond) // a few debounce periods: nothing may happen
+	testwait.Until(t, wait, "the touch to be read", func() bool {
+		return inOrder(logs, from, changed, unchanged)
+	})
 	if metric(t, s, "ingress_route_table_refusals_total") != 1 || applies() != n {
 		t.Fatal("an unchanged refused file was judged again")
 	}
@@ -119,7 +143,7 @@ func TestFileSourceReloadsOnChange(t *testing.T) {
 	os.Remove(path)
 	tb.Revision = 3
 	writeFile(t, path, tableJSON(t, tb))
-	eventually(t, "revision 3", func() bool { rev, _ := s.Applied(); return rev == 3 })
+	testwait.Until(t, wait, "revision 3", func() bool { rev, _ := s.Applied(); return rev == 3 })
 }
 
 func TestFileSourceReloadOnRequest(t *testing.T) {
@@ -127,30 +151,37 @@ func TestFileSourceReloadOnRequest(t *testing.T) {
 	path := filepath.Join(dir, "routes.json")
 	tb := validTable(t)
 	writeFile(t, path, tableJSON(t, tb))
+	log, logs := observed()
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
 	// A debounce far beyond the test's life: only Reload can apply the change.
-	src := NewFileSource(path, s, FileSourceOptions{Debounce: time.Hour})
+	src := NewFileSource(path, s, FileSourceOptions{Debounce: time.Hour, Logger: log})
 	if err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runSource(t, src, logs)
+	// Run reads the file once more as it starts watching; only then is the change new.
+	testwait.Until(t, wait, "the first read", func() bool { return logs.FilterMessage("routes file unchanged").Len() > 0 })
 	tb.Revision = 8
 	writeFile(t, path, tableJSON(t, tb))
-	time.Sleep(50 * time.Millisecond)
+	// The watcher has seen the change (and only started its hour-long debounce).
+	testwait.Until(t, wait, "the watcher to see the change", func() bool {
+		return logs.FilterMessage("routes file changed: reloading after the debounce").Len() > 0
+	})
 	if rev, _ := s.Applied(); rev != 7 {
 		t.Fatalf("applied %d before Reload", rev)
 	}
 	src.Reload()
-	eventually(t, "revision 8", func() bool { rev, _ := s.Applied(); return rev == 8 })
+	testwait.Until(t, wait, "revision 8", func() bool { rev, _ := s.Applied(); return rev == 8 })
 }
 
 func TestFileSourceRunStopsWithContext(t *testing.T) {
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
-	src := NewFileSource(filepath.Join(t.TempDir(), "routes.json"), s, FileSourceOptions{})
+	log, logs := observed()
+	src := NewFileSource(filepath.Join(t.TempDir(), "routes.json"), s, FileSourceOptions{Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	<-src.Watching()
+	waitWatching(t, logs)
 	cancel()
 	select {
 	case err := <-done:
@@ -179,8 +210,8 @@ func TestLoadFileAndWatchFileRefuseAtStart(t *testing.T) {
 	wantViolation(t, err, "routes[0].targets must hold 1 to 64 targets")
 
 	s := NewStore(StoreOptions{Mode: ModeStandalone})
-	if err := WatchFile(context.Background(), path, s, nil); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("WatchFile: %v", err)
+	if err := watchFile(context.Background(), path, s, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("watchFile: %v", err)
 	}
 	tb := validTable(t)
 	tb.Routes[2].TLS = &RouteTLS{ACME: true}
@@ -190,10 +221,10 @@ func TestLoadFileAndWatchFileRefuseAtStart(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := WatchFile(ctx, path, s, nil); err != nil {
+	if err := watchFile(ctx, path, s, nil); err != nil {
 		t.Fatal(err)
 	}
 	if rev, _ := s.Applied(); rev != 7 {
-		t.Fatal("WatchFile must load the file before watching")
+		t.Fatal("watchFile must load the file before watching")
 	}
 }

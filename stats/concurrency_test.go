@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // TestEverythingConcurrently runs recording, host creation, rollover, queries, scrapes and
@@ -26,12 +28,10 @@ func TestEverythingConcurrently(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range 3 {
 		wg.Go(func() {
-			var n uint64
 			for i := 0; !stop.Load(); i++ {
 				r.Host(fmt.Sprintf("h%d-%d", w, i%50)).Request(1, 1)
-				n++
+				made.Add(1)
 			}
-			made.Add(n)
 		})
 	}
 	wg.Go(func() {
@@ -51,7 +51,8 @@ func TestEverythingConcurrently(t *testing.T) {
 	for i := 1; i <= 20; i++ {
 		clk.Set(start.Add(time.Duration(i) * 6 * time.Hour))
 		r.Roll(clk.Now())
-		time.Sleep(time.Millisecond)
+		before := made.Load()
+		testwait.Until(t, 5*time.Second, "requests between two rolls", func() bool { return made.Load() > before })
 	}
 	stop.Store(true)
 	wg.Wait()

@@ -71,7 +71,7 @@ const MaxRangeDays = 366
 func parseQuery(raw json.RawMessage) (Query, *jsonx.Errors, bool) {
 	var q Query
 	e := new(jsonx.Errors)
-	m := jsonx.Object(raw, "", e, []string{"fromDayUtc", "toDayUtc", "limit"}, []string{"cursor"})
+	m := jsonx.ObjectBody(raw, "", e, []string{"fromDayUtc", "toDayUtc", "limit"}, []string{"cursor"})
 	if m == nil {
 		return q, e, false
 	}
@@ -97,12 +97,12 @@ func parseQuery(raw json.RawMessage) (Query, *jsonx.Errors, bool) {
 			q.FromDay, q.ToDay = Day(from), Day(to)
 		}
 	}
-	if v, ok := m["limit"]; ok {
+	if v, ok := m.Lookup("limit"); ok {
 		if n, ok := jsonx.Int(v, "limit", e, 1, MaxLimit); ok {
 			q.Limit = int(n)
 		}
 	}
-	if v, ok := m["cursor"]; ok {
+	if v, ok := m.Lookup("cursor"); ok {
 		if s, ok := jsonx.String(v, "cursor", e); ok {
 			if s == "" {
 				e.Addf("cursor", msgCursor)
@@ -114,13 +114,12 @@ func parseQuery(raw json.RawMessage) (Query, *jsonx.Errors, bool) {
 }
 
 // dayField reads key of m as a Day string, as days since 1970 (negative before).
-func dayField(m map[string]json.RawMessage, key string, e *jsonx.Errors) (int64, bool) {
-	v, ok := m[key]
+func dayField(m jsonx.Members, key string, e *jsonx.Errors) (int64, bool) {
+	v, ok := m.Lookup(key)
 	if !ok {
 		return 0, false // reported as missing
 	}
-	var s string
-	if json.Unmarshal(v, &s) == nil {
+	if s, ok := v.AsString(); ok {
 		if n, ok := parseDayNumber(s); ok && n <= int64(^uint32(0)>>1) {
 			return n, true
 		}

@@ -84,6 +84,8 @@ func TestParseQueryViolations(t *testing.T) {
 			[]string{"cursor " + msgCursor}},
 		{"not an object", `[1]`, []string{"the value must be an object"}},
 		{"null", `null`, []string{"the value must be an object"}},
+		{"repeated key", `{"fromDayUtc":"2026-11-28","toDayUtc":"2026-11-28","limit":5,"limit":6}`,
+			[]string{"limit is repeated"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -106,9 +106,6 @@ func NewRegistry(opts Options) *Registry {
 	return r
 }
 
-// NodeID returns the node id stated in statistics entries.
-func (r *Registry) NodeID() string { return r.nodeID }
-
 // Today returns the day counters are currently recorded under.
 func (r *Registry) Today() Day { return Day(r.today.Load() - 1) }
 

@@ -31,6 +31,7 @@ func TestRunRollsAtMidnightAndSnapshots(t *testing.T) {
 		h := r.Host("a.example.test")
 		day0 := r.Today()
 
+		// Part of what is tested: synctest's fake clock moves Run's timers to the times named.
 		time.Sleep(24*time.Hour - 5*time.Second) // 23:59:55
 		h.Request(1, 0)
 		time.Sleep(10 * time.Second) // 00:00:05
@@ -74,7 +75,7 @@ func TestRunLogsSnapshotFailures(t *testing.T) {
 			r.Run(ctx)
 			close(done)
 		}()
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // synctest's fake clock: one snapshot interval passes
 		synctest.Wait()
 		if n := logs.FilterMessage("statistics snapshot failed").Len(); n != 1 {
 			t.Fatalf("%d failure logs after one interval, want 1", n)

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/serve-zone/ingress/internal/atomicfile"
+	"github.com/serve-zone/ingress/internal/jsonx"
 )
 
 // The snapshot file: every day inside the retention window, each with the counters of
@@ -152,17 +153,30 @@ func (r *Registry) Load() error {
 	return nil
 }
 
-// decodeSnapshot reads a snapshot strictly: unknown keys, trailing data, duplicate days
-// or hostnames and unordered entries make it corrupt.
+// decodeSnapshot reads a snapshot strictly: unknown or repeated keys, trailing data,
+// duplicate days or hostnames and unordered entries make it corrupt. (A missing key reads
+// as zero, as it did with encoding/json.)
 func decodeSnapshot(data []byte) (snapshotFile, error) {
 	var snap snapshotFile
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&snap); err != nil {
+	doc, err := jsonx.Parse(data)
+	if err != nil {
 		return snap, err
 	}
-	if err := dec.Decode(new(json.RawMessage)); err != io.EOF {
-		return snap, errors.New("trailing data")
+	var e jsonx.Errors
+	m := jsonx.Object(doc, "", &e, nil, []string{"version", "days"})
+	if v, ok := m.Lookup("version"); ok {
+		n, _ := jsonx.Int(v, "version", &e, 0, jsonx.MaxSafeInteger)
+		snap.Version = int(n)
+	}
+	if v, ok := m.Lookup("days"); ok && !v.IsNull() {
+		days, _ := jsonx.Array(v, "days", &e)
+		snap.Days = make([]snapshotDay, len(days))
+		for i, dv := range days {
+			decodeSnapshotDay(dv, jsonx.Index("days", i), &e, &snap.Days[i])
+		}
+	}
+	if err := e.Err(); err != nil {
+		return snap, err
 	}
 	if snap.Version != snapshotVersion {
 		return snap, fmt.Errorf("version %d, want %d", snap.Version, snapshotVersion)
@@ -184,4 +198,48 @@ func decodeSnapshot(data []byte) (snapshotFile, error) {
 		}
 	}
 	return snap, nil
+}
+
+var snapshotHostKeys = []string{"hostname", "requests", "bytesIn", "bytesOut", "connections",
+	"connectFailures", "handshakeFailures", "requestFailures"}
+
+func decodeSnapshotDay(v jsonx.Value, path string, e *jsonx.Errors, sd *snapshotDay) {
+	m := jsonx.Object(v, path, e, nil, []string{"dayUtc", "hosts"})
+	if dv, ok := m.Lookup("dayUtc"); ok {
+		if s, ok := jsonx.String(dv, jsonx.Join(path, "dayUtc"), e); ok {
+			if d, ok := ParseDay(s); ok {
+				sd.Day = d
+			} else {
+				e.Addf(jsonx.Join(path, "dayUtc"), "must be an existing UTC calendar day from 1970-01-01 on")
+			}
+		}
+	}
+	hv, ok := m.Lookup("hosts")
+	if !ok || hv.IsNull() {
+		return
+	}
+	hosts, _ := jsonx.Array(hv, jsonx.Join(path, "hosts"), e)
+	sd.Hosts = make([]snapshotHost, len(hosts))
+	for i, h := range hosts {
+		p := jsonx.Index(jsonx.Join(path, "hosts"), i)
+		hm := jsonx.Object(h, p, e, nil, snapshotHostKeys)
+		out := &sd.Hosts[i]
+		counters := [...]*uint64{&out.Requests, &out.BytesIn, &out.BytesOut, &out.Connections,
+			&out.ConnectFailures, &out.HandshakeFailures, &out.RequestFailures}
+		for _, f := range hm {
+			if f.Key == "hostname" {
+				out.Hostname, _ = jsonx.String(f.Val, jsonx.Join(p, "hostname"), e)
+				continue
+			}
+			k := slices.Index(snapshotHostKeys, f.Key)
+			if k < 1 {
+				continue // reported by Object
+			}
+			n, err := strconv.ParseUint(string(f.Val), 10, 64)
+			if err != nil {
+				e.Addf(jsonx.Join(p, f.Key), "must be a non-negative integer")
+			}
+			*counters[k-1] = n
+		}
+	}
 }

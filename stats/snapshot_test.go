@@ -104,6 +104,7 @@ func TestSnapshotCorruptIsReportedAndIgnored(t *testing.T) {
 		"unordered":      `{"version":1,"days":[{"dayUtc":"2026-11-28","hosts":[{"hostname":"b"},{"hostname":"a"}]}]}`,
 		"negative count": `{"version":1,"days":[{"dayUtc":"2026-11-28","hosts":[{"hostname":"a","requests":-1}]}]}`,
 		"trailing":       `{"version":1,"days":[]} {}`,
+		"repeated key":   `{"version":1,"days":[{"dayUtc":"2026-11-28","hosts":[{"hostname":"a","requests":1,"requests":2}]}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -74,7 +74,7 @@ func startH3Server(t *testing.T) *h3Server {
 			s.mu.Lock()
 			s.clients[r.RemoteAddr]++
 			s.mu.Unlock()
-			time.Sleep(time.Millisecond) // lets concurrent requests overlap
+			time.Sleep(time.Millisecond) // part of what is tested: a handler slow enough that concurrent requests overlap
 			if r.URL.Path != "/ok" || r.Host != "bench.test" {
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}

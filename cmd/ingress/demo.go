@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/serve-zone/ingress/env"
 	"github.com/serve-zone/ingress/internal/testcert"
@@ -69,26 +70,30 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return d.wait()
 }
 
-// demo is a running demo: relay, backends and ingress.
+// demo is a running demo: relay, backends and ingress. The backends' servers and the
+// ingress run in one errgroup: the first to fail stops the ingress (gracefully), and the
+// backends close once it has drained.
 type demo struct {
 	relay    *relaysim.Server
 	backends []*http.Server
 	in       *instance
+	g        *errgroup.Group
 	done     chan struct{} // closed when the ingress's run has returned
-	runErr   error         // what it returned; read after done
 	cancel   context.CancelFunc
 }
 
-// wait waits until the ingress has stopped and returns what its run returned; it may be
-// called any number of times.
+// wait waits until the ingress and the backends have stopped and returns the group's
+// first error; it may be called any number of times.
 func (d *demo) wait() error {
-	<-d.done
-	return d.runErr
+	return d.g.Wait()
 }
 
 // startDemo starts everything; the ingress runs until ctx ends or close is called.
 func startDemo(ctx context.Context, o options, log *zap.Logger) (*demo, error) {
 	d := &demo{done: make(chan struct{})}
+	gctx, cancel := context.WithCancel(ctx)
+	d.cancel = cancel
+	d.g, gctx = errgroup.WithContext(gctx)
 	ok := false
 	defer func() {
 		if !ok {
@@ -97,12 +102,18 @@ func startDemo(ctx context.Context, o options, log *zap.Logger) (*demo, error) {
 	}()
 	var addrs []string
 	for _, name := range []string{"backend-a", "backend-b"} {
-		srv, addr, err := startDemoBackend(name)
+		srv, ln, err := demoBackend(name)
 		if err != nil {
 			return nil, err
 		}
 		d.backends = append(d.backends, srv)
-		addrs = append(addrs, addr)
+		addrs = append(addrs, ln.Addr().String())
+		d.g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("demo %s: %w", name, err)
+			}
+			return nil
+		})
 	}
 	table, err := demoTable(addrs)
 	if err != nil {
@@ -124,12 +135,12 @@ func startDemo(ctx context.Context, o options, log *zap.Logger) (*demo, error) {
 		return nil, err
 	}
 	d.in = in
-	rctx, cancel := context.WithCancel(ctx)
-	d.cancel = cancel
-	go func() {
+	d.g.Go(func() error {
 		defer close(d.done)
-		d.runErr = in.run(rctx)
-	}()
+		err := in.run(gctx)
+		d.closeBackends() // after the drain: in-flight requests reached them
+		return err
+	})
 	ok = true
 	return d, nil
 }
@@ -144,7 +155,7 @@ func (d *demo) waitReady(ctx context.Context, limit time.Duration) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-d.done:
-			return fmt.Errorf("demo: the ingress stopped: %v", d.runErr)
+			return fmt.Errorf("demo: the ingress stopped: %v", d.wait())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -154,14 +165,17 @@ func (d *demo) waitReady(ctx context.Context, limit time.Duration) error {
 // close stops the ingress (waiting for its graceful stop), the relay and the backends.
 // It may be called after the ingress stopped on its own (Ctrl-C).
 func (d *demo) close() {
-	if d.cancel != nil {
-		d.cancel()
-		d.cancel = nil
-		_ = d.wait()
+	d.cancel()
+	if d.in == nil { // the ingress never ran: nothing else closes the backends
+		d.closeBackends()
 	}
+	_ = d.wait()
 	if d.relay != nil {
 		_ = d.relay.Close()
 	}
+}
+
+func (d *demo) closeBackends() {
 	for _, b := range d.backends {
 		_ = b.Close()
 	}
@@ -243,12 +257,12 @@ func demoTable(backends []string) (json.RawMessage, error) {
 	return json.Marshal(t)
 }
 
-// startDemoBackend serves a small workload on 127.0.0.1: "/" names the backend, "/events"
-// streams server-sent events and "/ws" echoes WebSocket messages.
-func startDemoBackend(name string) (*http.Server, string, error) {
+// demoBackend binds a small workload on 127.0.0.1 for the caller to serve: "/" names the
+// backend, "/events" streams server-sent events and "/ws" echoes WebSocket messages.
+func demoBackend(name string) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -285,7 +299,5 @@ func startDemoBackend(name string) (*http.Server, string, error) {
 			}
 		}
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return srv, ln.Addr().String(), nil
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/serve-zone/ingress/internal/pebbletest"
 	"github.com/serve-zone/ingress/internal/testcert"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -201,7 +202,7 @@ func TestACMEPebbleThroughFlags(t *testing.T) {
 	})
 
 	admin := in.adminAddr().String()
-	eventually(t, 60*time.Second, "the ACME certificate", func() (bool, string) {
+	testwait.UntilWhy(t, 60*time.Second, "the ACME certificate", func() (bool, string) {
 		_, body := readyz(t, admin)
 		return strings.Contains(body, "acme: 1 hostname(s), 1 with a valid certificate"), body
 	})

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -273,28 +274,11 @@ func mustGet(t *testing.T, c *http.Client, addr, host, path string, want int) re
 	return r
 }
 
-// eventually polls cond every 20 ms until it holds, failing the test after limit with
-// the last reason cond gave.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, limit, why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitStatus polls GET host until it is answered with want.
 func waitStatus(t *testing.T, c *http.Client, addr, host, path string, want int) result {
 	t.Helper()
 	var last result
-	eventually(t, e2eWait, fmt.Sprintf("GET %s%s (Host %s) answered %d", addr, path, host, want), func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, fmt.Sprintf("GET %s%s (Host %s) answered %d", addr, path, host, want), func() (bool, string) {
 		r, err := get(c, addr, host, path)
 		if err != nil {
 			return false, err.Error()
@@ -311,7 +295,7 @@ func echoBackend(t *testing.T, name string, delay time.Duration) (*httptest.Serv
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if delay > 0 {
-			time.Sleep(delay)
+			time.Sleep(delay) // part of what is tested: a slow backend keeps requests in flight
 		}
 		fmt.Fprintf(w, "%s %s %s", name, r.Host, r.URL.Path)
 	}))

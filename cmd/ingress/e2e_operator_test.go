@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/testcert"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -325,7 +326,7 @@ func TestE2EStandaloneCertificateFiles(t *testing.T) {
 	}
 	mustGet(t, httpClient(t), p.httpAddr, "zz.example.test", "/", http.StatusOK)
 	renewed := writePair()
-	eventually(t, e2eWait, "the renewed certificate served", func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "the renewed certificate served", func() (bool, string) {
 		got := served()
 		return got == renewed, "serving " + got
 	})
@@ -345,7 +346,7 @@ func TestE2EProxyQuickStart(t *testing.T) {
 	c := httpClient(t)
 	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
 	seen := map[string]bool{}
-	eventually(t, e2eWait, "both targets answer", func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "both targets answer", func() (bool, string) {
 		r := mustGet(t, c, p.httpAddr, "quick.example.test", "/q", http.StatusOK)
 		seen[strings.Fields(r.body)[0]] = true
 		return seen["a"] && seen["b"], r.body

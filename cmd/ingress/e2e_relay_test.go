@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/relaysim"
 )
 
@@ -177,7 +178,7 @@ func TestE2ERelayMode(t *testing.T) {
 
 	// Page through the statistics with limit 1: ordered by hostname, exact counts.
 	order := []string{wild, hostA, hostB} // byte order: '*' < 'a'
-	eventually(t, e2eWait, "statistics paged with limit 1", func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "statistics paged with limit 1", func() (bool, string) {
 		got, pages, err := queryAllPages(t, rs)
 		if err != nil {
 			return false, err.Error()
@@ -221,7 +222,8 @@ func TestE2ERelayMode(t *testing.T) {
 				return
 			}
 			loadOK.Add(1)
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // part of what is tested: the pace of the background load
+
 		}
 	}()
 	if err := rs.Close(); err != nil {
@@ -230,12 +232,12 @@ func TestE2ERelayMode(t *testing.T) {
 	// The ingress notices the loss and tries again; serve nothing for a moment.
 	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "backing off" })
 	during := loadOK.Load()
-	eventually(t, e2eWait, "requests served while the relay is away", func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "requests served while the relay is away", func() (bool, string) {
 		return loadOK.Load() >= during+5, fmt.Sprintf("%d requests", loadOK.Load()-during)
 	})
 
 	var rs2 *relaysim.Server
-	eventually(t, e2eWait, "relaysim restarted on "+relayAddr, func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "relaysim restarted on "+relayAddr, func() (bool, string) {
 		s := relaysim.New(relaysim.Options{})
 		o, err := s.Start(relayAddr)
 		if err != nil {
@@ -271,7 +273,7 @@ func TestE2ERelayMode(t *testing.T) {
 		t.Fatalf("a request failed while the relay restarted: %v", loadErr)
 	}
 	// The statistics survive the reconnection: the same counts (plus the load) on the new relay.
-	eventually(t, e2eWait, "statistics after the relay restart", func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "statistics after the relay restart", func() (bool, string) {
 		got, _, err := queryAllPages(t, rs2)
 		if err != nil {
 			return false, err.Error()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // TestE2ESIGTERMUnderLoad: SIGTERM while 8 clients keep a slow backend busy. Every request
@@ -26,7 +28,15 @@ func TestE2ESIGTERMUnderLoad(t *testing.T) {
 		clients = 8
 		drain   = 5 * time.Second
 	)
-	_, target := echoBackend(t, "backend", 50*time.Millisecond)
+	var inFlight atomic.Int64
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		time.Sleep(50 * time.Millisecond) // part of what is tested: a slow backend keeps requests in flight
+		fmt.Fprintf(w, "backend %s %s", r.Host, r.URL.Path)
+	}))
+	t.Cleanup(slow.Close)
+	target := targetOf(t, slow.Listener.Addr().String(), "lease-backend")
 	file := filepath.Join(t.TempDir(), "routes.json")
 	if err := os.WriteFile(file, tableJSON(t, 1, nil, route(host, "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
@@ -80,8 +90,9 @@ func TestE2ESIGTERMUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	warm.Wait() // every client got an answer: all of them are busy now
-	time.Sleep(100 * time.Millisecond)
+	warm.Wait() // every client got an answer
+	// SIGTERM when every client has a request at the backend: the drain must answer them.
+	testwait.Until(t, e2eWait, "a request of every client in flight", func() bool { return inFlight.Load() == clients })
 	before := ok.Load()
 	start := time.Now()
 	p.signal(syscall.SIGTERM)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/serve-zone/ingress/internal/testcert"
 	"github.com/serve-zone/ingress/routetable"
@@ -117,7 +116,20 @@ func TestE2EStandalone(t *testing.T) {
 	if err := os.WriteFile(alias, tableJSON(t, 4, certs, with("new.example.test", "hup.example.test")...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // > the watcher's 150 ms debounce: an unseen edit stays unseen
+	// The edit stays unseen: a file written next to the routes file afterwards is the
+	// watcher's next event (inotify keeps one watch's events in order), and no change of
+	// the routes file came before it.
+	_, seen, _ := p.findLine(0, func(map[string]any) bool { return false })
+	probe := filepath.Join(filepath.Dir(file), "probe.txt")
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLine(e2eWait, func(m map[string]any) bool {
+		return m["msg"] == "routes directory event ignored" && m["file"] == probe
+	})
+	if m, _, _ := p.findLine(seen, func(m map[string]any) bool { return m["msg"] == "routes file changed: reloading after the debounce" }); m != nil {
+		t.Fatalf("the watcher saw the edit made through another directory: %v", m)
+	}
 	mustGet(t, c, p.httpAddr, "hup.example.test", "/", http.StatusNotFound)
 	p.signal(syscall.SIGHUP)
 	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: reloading the routes file" })

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -52,7 +53,7 @@ func TestE2EStateDir(t *testing.T) {
 		mustGet(t, c, p.httpAddr, host, "/", http.StatusOK)
 	}
 	mustGet(t, c, p.httpAddr, "unrouted.example.test", "/", http.StatusNotFound) // never an entry
-	eventually(t, e2eWait, "first run's statistics", func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "first run's statistics", func() (bool, string) {
 		got, err := adminStatistics(c, p.adminAddr)
 		if err != nil {
 			return false, err.Error()
@@ -85,7 +86,7 @@ func TestE2EStateDir(t *testing.T) {
 	if want := "backend " + host + " /again"; r.body != want {
 		t.Fatalf("body %q, want %q", r.body, want)
 	}
-	eventually(t, e2eWait, "statistics continued after the restart", func() (bool, string) {
+	testwait.UntilWhy(t, e2eWait, "statistics continued after the restart", func() (bool, string) {
 		got, err := adminStatistics(c2, p2.adminAddr)
 		if err != nil {
 			return false, err.Error()

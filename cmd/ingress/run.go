@@ -11,11 +11,11 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/serve-zone/ingress/acme"
 	"github.com/serve-zone/ingress/env"
@@ -301,48 +301,50 @@ func (in *instance) adminAddr() net.Addr {
 	return in.adminLn.Addr()
 }
 
-// run serves until ctx ends, then stops in two stages: the listeners stop accepting and
-// in-flight requests get --drain-timeout to finish, then everything left is closed; the
-// statistics are persisted last (stats.Registry.Run writes a final snapshot when its
-// context ends, after the drain). It returns nil after a graceful stop.
+// run serves until ctx ends or a part fails, then stops in two stages: the listeners
+// stop accepting and in-flight requests get --drain-timeout to finish, then everything
+// left is closed; the statistics are persisted last (stats.Registry.Run writes a final
+// snapshot when its context ends, after the drain). Every goroutine it starts runs in one
+// errgroup: the first that fails ends the group's context, which starts that stop, and
+// run returns its error. It returns nil after a graceful stop.
 func (in *instance) run(ctx context.Context) error {
+	g, stopping := errgroup.WithContext(ctx)
+	// The parts run on bg, which ends only after the drain (the second stage), so that
+	// the session, the watcher and the statistics keep working while requests finish.
 	bg, stopBG := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	goOwned := func(name string, fn func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	defer stopBG()
+	part := func(name string, fn func(context.Context) error) {
+		g.Go(func() error {
 			if err := fn(bg); err != nil && bg.Err() == nil {
 				in.log.Error(name+" stopped", zap.Error(err))
+				return fmt.Errorf("%s: %w", name, err)
 			}
-		}()
+			return nil
+		})
 	}
-	serveErr := make(chan error, 2)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := in.proxy.Serve(bg); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			serveErr <- err
+	part("proxy", func(ctx context.Context) error {
+		if err := in.proxy.Serve(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
-	}()
+		return nil
+	})
 	if in.adminSrv != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		part("admin listener", func(context.Context) error {
 			if err := in.adminSrv.Serve(in.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("admin listener: %w", err)
+				return err
 			}
-		}()
+			return nil
+		})
 	}
-	goOwned("statistics", func(ctx context.Context) error { in.stats.Run(ctx); return nil })
+	part("statistics", func(ctx context.Context) error { in.stats.Run(ctx); return nil })
 	if in.session != nil {
-		goOwned("relay session", in.session.Run)
+		part("relay session", in.session.Run)
 	}
 	if in.watcher != nil {
-		goOwned("routes watcher", in.watcher.Run)
+		part("routes watcher", in.watcher.Run)
 	}
 	if hup := hangups(ctx); hup != nil {
-		goOwned("SIGHUP", func(ctx context.Context) error {
+		part("SIGHUP", func(ctx context.Context) error {
 			for {
 				select {
 				case <-ctx.Done():
@@ -355,33 +357,32 @@ func (in *instance) run(ctx context.Context) error {
 	}
 	http1, https := in.proxy.Addrs()
 	if in.acme != nil {
-		goOwned("acme", func(ctx context.Context) error { return in.acme.Run(ctx, http1, https) })
+		part("acme", func(ctx context.Context) error { return in.acme.Run(ctx, http1, https) })
 	}
 	in.log.Info("ingress started", zap.String("version", version),
 		zap.Stringer("http", addrString{http1}), zap.Stringer("https", addrString{https}),
 		zap.Stringer("http3", addrString{in.proxy.HTTP3Addr()}),
 		zap.Stringer("admin", addrString{in.adminAddr()}))
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-serveErr:
-	}
-	in.log.Info("stopping: draining in-flight requests", zap.Duration("drainTimeout", in.opts.DrainTimeout))
-	drain, cancel := context.WithTimeout(context.Background(), in.opts.DrainTimeout)
-	if err := in.proxy.Shutdown(drain); err != nil {
-		in.log.Warn("drain ended before every request finished", zap.Error(err))
-	}
-	cancel()
-	stopBG()
-	if in.adminSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = in.adminSrv.Shutdown(sctx)
-		cancel()
-	}
-	wg.Wait() // the statistics' Run wrote its final snapshot on the way out
+	g.Go(func() error {
+		<-stopping.Done() // ctx ended, or a part failed
+		in.log.Info("stopping: draining in-flight requests", zap.Duration("drainTimeout", in.opts.DrainTimeout))
+		drain, cancel := context.WithTimeout(context.Background(), in.opts.DrainTimeout)
+		defer cancel()
+		if err := in.proxy.Shutdown(drain); err != nil {
+			in.log.Warn("drain ended before every request finished", zap.Error(err))
+		}
+		stopBG() // second stage: every part stops; the statistics write their snapshot
+		if in.adminSrv != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = in.adminSrv.Shutdown(sctx)
+		}
+		return nil
+	})
+	err := g.Wait()
 	in.log.Info("stopped")
-	return runErr
+	return err
 }
 
 // hangup is SIGHUP: re-read the routes file and its certificate files (standalone,
