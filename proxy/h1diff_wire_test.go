@@ -237,6 +237,8 @@ func (l *wireLog) flush(st *wireStream, when string) {
 // with id+"-", and requests without one and leftovers that arrived while id ran. Bytes
 // still waiting for the rest of a request get a moment, then count as leftover: the
 // client has read every answer, so nothing of this input should still be on its way.
+// (The moment is a bounded grace for bytes in flight, not a wait for an event: a late
+// byte that misses it shows up as a difference, never as a pass.)
 func (l *wireLog) take(id string) []wireReq {
 	for deadline := time.Now().Add(100 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
 		l.mu.Lock()

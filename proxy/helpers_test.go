@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/testcert"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -184,15 +185,10 @@ func (e *env) entries() int {
 	return len(p.Statistics)
 }
 
+// waitFor is testwait.Until with the package's usual 5 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, what, cond)
 }
 
 // Clients. Each dials the proxy's listener whatever the URL's host says.

@@ -358,13 +358,13 @@ func TestProgressingTransfersAreNotCut(t *testing.T) {
 			w.Header().Set("Content-Length", strconv.Itoa(512<<10))
 			io.CopyN(w, zeros{}, 256<<10)
 			w.(http.Flusher).Flush()
-			time.Sleep(pause)
+			time.Sleep(pause) // the target's pause is the input under test
 			io.CopyN(w, zeros{}, 256<<10)
 		case "/events": // an event, a pause, an event (no length: flushed as it comes)
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: one\n\n")
 			w.(http.Flusher).Flush()
-			time.Sleep(pause)
+			time.Sleep(pause) // the target's pause is the input under test
 			io.WriteString(w, "data: two\n\n")
 		case "/up":
 			n, _ := io.Copy(io.Discard, r.Body)
@@ -378,7 +378,7 @@ func TestProgressingTransfersAreNotCut(t *testing.T) {
 			return
 		}
 		n, _ := io.CopyN(io.Discard, req.Body, 1<<20)
-		time.Sleep(pause)
+		time.Sleep(pause) // the target's pause is the input under test
 		m, _ := io.Copy(io.Discard, req.Body)
 		body := strconv.FormatInt(n+m, 10)
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
@@ -432,7 +432,7 @@ func TestProgressingTransfersAreNotCut(t *testing.T) {
 				go func() {
 					chunk := bytes.Repeat([]byte("y"), 2<<10)
 					for range 12 {
-						time.Sleep(100 * time.Millisecond)
+						time.Sleep(100 * time.Millisecond) // the client's pace is the input under test
 						if _, err := pw.Write(chunk); err != nil {
 							return
 						}
@@ -484,7 +484,7 @@ func TestSlowSteadyReaderIsNotCut(t *testing.T) {
 	var n int64
 	start := time.Now()
 	for {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the reader's pace is the input under test
 		k, err := io.ReadFull(res.Body, buf)
 		n += int64(k)
 		if err != nil {

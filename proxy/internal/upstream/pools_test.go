@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // listen returns a loopback target whose accepted connections are sent on the channel.
@@ -89,13 +91,7 @@ func TestGetSkipsConnectionsThePeerClosed(t *testing.T) {
 			}
 			// Wait until the connection shows what the peer did (a blocking read on our
 			// side would consume it): the probe is the observable.
-			deadline := time.Now().Add(5 * time.Second)
-			for !uc.probe.run(uc.rc) {
-				if time.Now().After(deadline) {
-					t.Fatal("the probe never saw the peer's action")
-				}
-				time.Sleep(time.Millisecond) // polling the kernel's view; nothing to wait on
-			}
+			testwait.Until(t, 5*time.Second, "the probe to see the peer's action", func() bool { return uc.probe.run(uc.rc) })
 			if got := ps.Get(addr, time.Now()); got != nil {
 				t.Fatal("Get returned a connection the peer had closed or written to")
 			}
