@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/relaysim"
+	"github.com/serve-zone/ingress/routetable"
 )
 
 const (

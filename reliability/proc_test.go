@@ -27,7 +27,7 @@ type proc struct {
 	cmd *exec.Cmd
 
 	mu      sync.Mutex
-	lines   []string      // every stderr line so far
+	lines   []string // every stderr line so far
 	stdout  strings.Builder
 	changed chan struct{} // closed and replaced on every new stderr line
 

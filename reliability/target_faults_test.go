@@ -102,8 +102,8 @@ func TestTargetFaults(t *testing.T) {
 		name   string
 		b      behaviour
 		check  func(t *testing.T, p *proc, host string) // sends the request(s) and checks what the client saw
-		kind   string                                    // the failure kind counted once; "" none
-		ownEnd bool                                      // the target itself ends its connections
+		kind   string                                   // the failure kind counted once; "" none
+		ownEnd bool                                     // the target itself ends its connections
 	}
 	faults := []fault{
 		{
