@@ -193,3 +193,14 @@ func mustStatus(t *testing.T, c *http.Client, addr, host, path string, want int)
 	}
 	return body
 }
+
+// listen opens a loopback listener closed at cleanup.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
