@@ -158,8 +158,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 	rs.DropAnswers("getClusterIngressRouteTable", -1)
 	p2 := start(t, relayEnv(testBearer, origin, testNode), baseArgs("--state-dir", dir)...)
 	waitReady(t, p2)
+	p2.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
 	_ = rs.Kill()
-	p2.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "relay connection lost" })
+	p2.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "relay connection failed" })
 	admin["/metrics after restart"] = adminGet(t, p2.admin, "/metrics")
 	p2.stop()
 
