@@ -21,7 +21,7 @@ type FrameFault int
 const (
 	// FrameGarbage answers the ingress's first message with frames that are no envelope
 	// (binary junk, text that is no JSON, a cut-off envelope, an envelope of an unknown
-	// type), then keeps the socket open and silent until the ingress closes it.
+	// type), then closes the socket with status 1002 (protocol error).
 	FrameGarbage FrameFault = iota + 1
 	// FrameOversized answers the first message with one text frame of OversizedBytes,
 	// larger than any message the ingress accepts.
@@ -139,6 +139,8 @@ func (s *Server) serveFrameFault(w http.ResponseWriter, r *http.Request, fault F
 				return
 			}
 		}
+		_ = c.Close(websocket.StatusProtocolError, "relaysim: garbage sent")
+		return
 	case FrameOversized:
 		big := make([]byte, OversizedBytes)
 		for i := range big {
@@ -148,7 +150,7 @@ func (s *Server) serveFrameFault(w http.ResponseWriter, r *http.Request, fault F
 			return
 		}
 	}
-	// Silent until the ingress gives up on this socket (or the relay stops).
+	// Silent until the ingress closes the socket (or the relay stops).
 	for {
 		if _, _, err := c.Read(ctx); err != nil {
 			return
