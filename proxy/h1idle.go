@@ -13,8 +13,8 @@ import (
 // serving goroutine puts the 8 KiB read buffer back into a pool and ends, and a new
 // goroutine (starting with the runtime's smallest stack) waits until the socket is
 // readable without reading anything (waitReadable: a MSG_PEEK poll), then takes a buffer
-// and serves on. 10,000 idle keep-alive connections hold about 3 KiB each instead of
-// 10 KiB (bench/README.md). Busy connections never park: the hot path is unchanged
+// and serves on. 10,000 idle keep-alive connections hold about 4 KiB each of Go memory
+// instead of 13 KiB (bench/README.md, reliability/idle_test.go). Busy connections never park: the hot path is unchanged
 // except for a pooled buffer instead of an allocated one. TLS connections do not park
 // (crypto/tls may hold decrypted bytes that a poll of the socket cannot see).
 
