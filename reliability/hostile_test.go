@@ -79,12 +79,13 @@ func underAttack(t *testing.T, p *proc, legitHost string, dur time.Duration, att
 	return f
 }
 
-// hostileDuration is how long each attack runs (longer with -reliability.long).
+// hostileDuration is how long each attack runs (longer with -reliability.long): long
+// enough for the slow attackers to meet their 2 s timeouts.
 func hostileDuration() time.Duration {
 	if *long {
 		return 20 * time.Second
 	}
-	return 3 * time.Second
+	return 4 * time.Second
 }
 
 // crowd runs n attackers, each redialling whenever the binary cut its connection, until
@@ -128,17 +129,21 @@ func crowd(ctx context.Context, addr string, n int, each func(ctx context.Contex
 	return cuts.Load(), longest
 }
 
-// trickle writes head, then one byte of more every interval until a write fails or ctx
-// ends; the error is the write's (the binary cut the connection) or nil.
+// trickle writes head, then one byte of more every interval until the binary closes the
+// connection (its read side ends: an answer such as 408 and the close) or a write fails
+// (the error returned) or ctx ends (nil).
 func trickle(ctx context.Context, c net.Conn, head, more string, interval time.Duration) error {
 	if _, err := io.WriteString(c, head); err != nil {
 		return err
 	}
-	go func() { _, _ = io.Copy(io.Discard, c) }() // an answer (408) and the close
+	closed := make(chan struct{})
+	go func() { defer close(closed); _, _ = io.Copy(io.Discard, c) }()
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-closed:
+			return io.EOF
 		case <-time.After(interval):
 		}
 		if _, err := c.Write([]byte{more[i%len(more)]}); err != nil {
