@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,9 @@ import (
 // instead of 13 KiB (bench/README.md, reliability/idle_test.go). Busy connections never park: the hot path is unchanged
 // except for a pooled buffer instead of an allocated one. TLS connections do not park
 // (crypto/tls may hold decrypted bytes that a poll of the socket cannot see).
+
+// parkedTotal counts parks (tests watch it).
+var parkedTotal atomic.Int64
 
 // h1ReadBufs pools the fast path's read buffers.
 var h1ReadBufs = sync.Pool{New: func() any { return new([h1ReadBuf]byte) }}
@@ -49,6 +53,7 @@ const h1Renew = 10 * time.Second
 // in the h1 set in state h1Idle, so Shutdown closes it like any idle one.
 func (c *h1Conn) park() {
 	c.parking = false
+	parkedTotal.Add(1)
 	putReadBuf(c.rbuf)
 	c.rbuf = nil
 	c.spawnParked()
