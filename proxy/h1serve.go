@@ -44,6 +44,10 @@ const (
 	// h1IdleSlack: the idle deadline is renewed only when it is at least this old, which
 	// saves a timer update per request on busy connections.
 	h1IdleSlack = time.Second
+	// h1ParkAfter: a plain connection idle for between h1ParkAfter-h1IdleSlack and
+	// h1ParkAfter gives its read buffer back and waits on a fresh, small goroutine
+	// (h1idle.go).
+	h1ParkAfter = 2 * time.Second
 )
 
 const (
@@ -79,6 +83,8 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
+	parkable bool                // plain TCP on a platform that can wait without a buffer (h1idle.go)
+	parking  bool                // run returned to park the idle connection
 	started  time.Time           // accepted at
 	now      time.Time           // read once per request
 	closing  bool                // the current response says Connection: close; then the conn closes
@@ -204,11 +210,20 @@ func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
 	}
 }
 
-// serve runs the connection until it closes or is handed off.
+// serve runs the connection until it closes, is handed off or parks.
 func (c *h1Conn) serve() {
+	c.s.totals.Conn(stats.ProtoHTTP1, 1)
+	c.finish(c.run())
+}
+
+// finish ends a serving goroutine: it parks the idle connection (h1idle.go), hands it
+// to net/http or closes it.
+func (c *h1Conn) finish(handoff bool) {
 	s := c.s
-	s.totals.Conn(stats.ProtoHTTP1, 1)
-	handoff := c.run()
+	if c.parking {
+		c.park()
+		return
+	}
 	s.h1.remove(c)
 	s.totals.Conn(stats.Proto(c.cc.proto.Load()), -1)
 	if handoff && c.state.Load() != h1Closing && !s.draining.Load() {
@@ -223,6 +238,8 @@ func (c *h1Conn) serve() {
 	}
 	c.cc.flushTail(s, true)
 	_ = c.cc.Close()
+	putReadBuf(c.rbuf)
+	c.rbuf = nil
 }
 
 // run serves requests; it returns true to hand the connection to net/http.
@@ -246,11 +263,22 @@ func (c *h1Conn) run() (handoff bool) {
 	}
 	c.ip = clientIP(c.cc.RemoteAddr().String())
 	c.trusted = s.isTrusted(c.ip)
-	c.rbuf = make([]byte, h1ReadBuf)
+	c.parkable = canPark && !c.secure && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil
+	c.rbuf = getReadBuf()
+	return c.loop()
+}
+
+// loop serves requests until the connection closes, is handed off (true) or parks.
+func (c *h1Conn) loop() (handoff bool) {
+	s := c.s
 	for {
 		n := c.readHead()
 		if n == h1BadReq {
 			c.refuse(nil, outcomeBadRequest, errMalformedHead)
+			return false
+		}
+		if n == h1Park {
+			c.parking = true
 			return false
 		}
 		if n < 0 {
@@ -315,6 +343,7 @@ const (
 	h1Close   = -1
 	h1HandOff = -2
 	h1BadReq  = -3 // what was read cannot be the start of a well-formed head
+	h1Park    = -4 // idle past h1ParkAfter: give the buffer back and wait without it
 )
 
 // h2PrefacePrefix is what net/http reads of a plain connection before it decides that
@@ -415,6 +444,9 @@ func (c *h1Conn) readHead() int {
 					continue
 				}
 			}
+			if c.shouldPark(err) {
+				return h1Park
+			}
 			return h1Close
 		}
 	}
@@ -441,9 +473,15 @@ func headGarbled(b []byte, from int) bool {
 	return false
 }
 
+// setIdleDeadline sets the deadline of the wait for the next request: the idle timeout,
+// or h1ParkAfter for a connection that parks (the idle timeout then applies to the park).
 func (c *h1Conn) setIdleDeadline() {
 	c.dlSetAt = time.Now()
-	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(c.s.cfg.IdleTimeout))
+	d := c.s.cfg.IdleTimeout
+	if c.parkable {
+		d = h1ParkAfter
+	}
+	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(d))
 	c.dlIdle = true
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -75,7 +76,14 @@ func (s *Session) pullLoop(ctx context.Context, peer *relay.Peer) {
 		}
 	}()
 
+	// A pull that failed while a newer revision is known (a hint, an acceptance) is tried
+	// again after pullRetryMin, doubling up to pullRetryMax, rather than waiting for the
+	// next hint or the periodic pull: a relay that was slow or broken serves the newest
+	// table soon after it answers again.
+	var retry <-chan time.Time
+	var retryWait time.Duration
 	for {
+		ok, pulled := true, false
 		select {
 		case <-ctx.Done():
 			return
@@ -84,15 +92,34 @@ func (s *Session) pullLoop(ctx context.Context, peer *relay.Peer) {
 		case <-s.pullReq:
 			// Hints that arrived during the last pull may name what it already applied.
 			if s.wants(s.highestHint()) {
-				s.pull(ctx, peer, "newer revision")
+				ok, pulled = s.pull(ctx, peer, "newer revision"), true
+			}
+		case <-retry:
+			retry = nil
+			if s.wants(s.highestHint()) {
+				ok, pulled = s.pull(ctx, peer, "retry after a failed pull"), true
 			}
 		case <-tick:
-			s.pull(ctx, peer, "periodic")
+			ok, pulled = s.pull(ctx, peer, "periodic"), true
 		case <-s.askReq:
-			s.pull(ctx, peer, "requested")
+			ok, pulled = s.pull(ctx, peer, "requested"), true
+		}
+		switch {
+		case !pulled:
+		case ok:
+			retryWait, retry = 0, nil
+		case retry == nil && s.wants(s.highestHint()) && ctx.Err() == nil:
+			retryWait = min(max(2*retryWait, pullRetryMin), pullRetryMax)
+			retry = time.After(retryWait)
 		}
 	}
 }
+
+// The waits before a failed pull is tried again.
+const (
+	pullRetryMin = time.Second
+	pullRetryMax = 30 * time.Second
+)
 
 func (s *Session) highestHint() int64 {
 	s.hintMu.Lock()
@@ -100,8 +127,9 @@ func (s *Session) highestHint() int64 {
 	return s.hinted
 }
 
-// pull asks for the newest table and applies it when it is newer.
-func (s *Session) pull(ctx context.Context, peer *relay.Peer, why string) {
+// pull asks for the newest table and applies it when it is newer. It reports false when
+// the relay gave no usable answer (the call failed or the answer was malformed).
+func (s *Session) pull(ctx context.Context, peer *relay.Peer, why string) bool {
 	// Drain a pending request: this pull serves it.
 	select {
 	case <-s.pullReq:
@@ -120,17 +148,17 @@ func (s *Session) pull(ctx context.Context, peer *relay.Peer, why string) {
 			s.m.pullFailures.Inc()
 			s.log.Warn("route table pull failed", zap.String("reason", why), s.relayError(err))
 		}
-		return
+		return false
 	}
 	table, err := decodeTableAnswer(raw)
 	if err != nil {
 		s.m.pullFailures.Inc()
 		s.log.Warn("route table answer malformed", s.relayError(err))
-		return
+		return false
 	}
 	if table == nil {
 		s.log.Debug("the relay holds no route table yet", zap.String("reason", why))
-		return
+		return true
 	}
 	err = s.cfg.Tables.ApplyJSON(table)
 	switch {
@@ -146,6 +174,7 @@ func (s *Session) pull(ctx context.Context, peer *relay.Peer, why string) {
 		// The store has logged every violation and remembered the revision.
 		s.log.Warn("route table refused", zap.String("reason", why))
 	}
+	return true
 }
 
 // handleStatistics answers getClusterTrafficStatistics from the counters.

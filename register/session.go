@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/env"
+	"github.com/serve-zone/ingress/internal/redact"
 	"github.com/serve-zone/ingress/relay"
 )
 
@@ -61,9 +62,10 @@ type Session struct {
 	cfg Config
 	log *zap.Logger
 	m   *metrics
-	// scrub is the bearer's scrubber (env.Bearer.Scrubber): every string the relay sent
-	// passes through it before it reaches a log line or an error text, since a relay may
-	// echo the registration in any of them. The relay peer gets it as relay.Options.Redact.
+	// scrub is the bearer's scrubber (env.Bearer.Scrubber) followed by redact.PrivateKeys:
+	// every string the relay sent passes through it before it reaches a log line or an
+	// error text, since a relay may echo the registration, or the private keys of the
+	// tables it sends, in any of them. The relay peer gets it as relay.Options.Redact.
 	scrub func(string) string
 
 	state      atomic.Int32
@@ -100,7 +102,7 @@ func New(cfg Config) *Session {
 	if cfg.Relay.Logger == nil {
 		cfg.Relay.Logger = cfg.Logger.Named("relay")
 	}
-	scrub := cfg.Env.Bearer.Scrubber()
+	scrub := redact.Chain(cfg.Env.Bearer.Scrubber()) // the bearer, then any private key
 	if redact := cfg.Relay.Redact; redact != nil {
 		cfg.Relay.Redact = func(v string) string { return scrub(redact(v)) }
 	} else {

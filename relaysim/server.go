@@ -55,8 +55,12 @@ type Server struct {
 	regData   *knob[json.RawMessage]
 	delays    map[string]time.Duration
 	drops     map[string]int
-	calls     []RecordedCall
-	callsCh   chan struct{} // closed and replaced on every recorded call
+	// Faults (faults.go).
+	frameFault *knob[FrameFault]
+	fails      map[string]*knob[*relay.RemoteError]
+	raw        map[net.Conn]struct{} // accepted TCP connections, for Kill
+	calls      []RecordedCall
+	callsCh    chan struct{} // closed and replaced on every recorded call
 }
 
 type refusal struct {
@@ -108,6 +112,8 @@ func New(opts Options) *Server {
 		tables:  map[int64]json.RawMessage{},
 		delays:  map[string]time.Duration{},
 		drops:   map[string]int{},
+		fails:   map[string]*knob[*relay.RemoteError]{},
+		raw:     map[net.Conn]struct{}{},
 		callsCh: make(chan struct{}),
 	}
 }
@@ -119,7 +125,7 @@ func (s *Server) Start(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ConnContext: s.connContext}
 	s.mu.Lock()
 	if s.closed || s.httpSrv != nil {
 		s.mu.Unlock()
@@ -164,8 +170,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.wg.Add(1)
+	fault, faulty := take(&s.frameFault)
 	s.mu.Unlock()
 	defer s.wg.Done()
+	defer s.trackRaw(r)()
+	if faulty {
+		s.serveFrameFault(w, r, fault)
+		return
+	}
 
 	po := s.opts.Relay
 	po.Logger = s.log.Named("peer")
@@ -207,10 +219,18 @@ func (s *Server) record(env relay.Envelope) {
 	s.callsCh = make(chan struct{})
 }
 
-// knobbed applies DropAnswers and SetDelay to a handler.
+// knobbed applies FailCalls, DropAnswers and SetDelay to a handler.
 func (s *Server) knobbed(method string, fn relay.HandlerFunc) relay.HandlerFunc {
 	return func(ctx context.Context, req json.RawMessage) (any, error) {
 		s.mu.Lock()
+		if k := s.fails[method]; k != nil {
+			fail, _ := take(&k)
+			if k == nil {
+				delete(s.fails, method)
+			}
+			s.mu.Unlock()
+			return nil, fail
+		}
 		drop := s.drops[method] != 0
 		if s.drops[method] > 0 {
 			s.drops[method]--

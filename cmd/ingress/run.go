@@ -19,6 +19,7 @@ import (
 
 	"github.com/serve-zone/ingress/acme"
 	"github.com/serve-zone/ingress/env"
+	"github.com/serve-zone/ingress/internal/redact"
 	"github.com/serve-zone/ingress/proxy"
 	"github.com/serve-zone/ingress/register"
 	"github.com/serve-zone/ingress/relay"
@@ -171,11 +172,12 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	if o.Routes != "" || d.routesDoc != nil {
 		mode = routetable.ModeStandalone
 	}
-	// Tables come from the relay, which may echo the bearer into them: the store scrubs
-	// its violations and warnings (the session scrubs everything else the relay sends).
+	// Tables come from the relay, which may echo the bearer or a private key into them:
+	// the store scrubs its violations and warnings (the session scrubs everything else
+	// the relay sends).
 	in.store = routetable.NewStore(routetable.StoreOptions{
 		Stats: in.stats, StateDir: o.StateDir, Logger: log.Named("routetable"), Mode: mode,
-		Redact: d.env.Bearer.Scrubber(), Check: acmeCheck(o),
+		Redact: redact.Chain(d.env.Bearer.Scrubber()), Check: acmeCheck(o),
 	})
 	if mode == routetable.ModeStandalone {
 		var err error

@@ -1,0 +1,221 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/serve-zone/ingress/routetable"
+)
+
+// The HTTP/2 floods attack whatever serves h2 on the listeners: prior-knowledge h2c on
+// the plain one, h2 by ALPN on the TLS one. They speak raw frames (x/net/http2's Framer
+// and hpack), so they do not depend on which server implementation answers.
+
+// h2Attacker is one raw HTTP/2 connection, written by one goroutine.
+type h2Attacker struct {
+	c   net.Conn
+	fr  *http2.Framer // writes only
+	enc *hpack.Encoder
+	hb  bytes.Buffer
+}
+
+// dialH2 opens a connection (TLS with ALPN h2 when sni is set, else h2c with prior
+// knowledge), sends the preface and settings, and, when read is set, reads and drops
+// every frame the server sends until the connection ends (its settings are never
+// acknowledged: an attacker need not).
+func dialH2(addr, sni string, read bool, settings ...http2.Setting) (*h2Attacker, error) {
+	var c net.Conn
+	var err error
+	if sni != "" {
+		c, err = tls.Dial("tcp", addr, &tls.Config{ServerName: sni, InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		if err == nil && c.(*tls.Conn).ConnectionState().NegotiatedProtocol != "h2" {
+			c.Close()
+			return nil, fmt.Errorf("ALPN did not select h2")
+		}
+	} else {
+		c, err = net.Dial("tcp", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	a := &h2Attacker{c: c, fr: http2.NewFramer(c, c)}
+	a.enc = hpack.NewEncoder(&a.hb)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := a.fr.WriteSettings(settings...); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if read {
+		go func() { _, _ = io.Copy(io.Discard, c) }() // ends when the connection does
+	}
+	return a, nil
+}
+
+// headers encodes fields (pseudo-headers first) into a header block.
+func (a *h2Attacker) headers(fields ...string) []byte {
+	a.hb.Reset()
+	for i := 0; i+1 < len(fields); i += 2 {
+		_ = a.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	return bytes.Clone(a.hb.Bytes())
+}
+
+func getFields(host, path string) []string {
+	return []string{":method", "GET", ":scheme", "http", ":authority", host, ":path", path}
+}
+
+// h2Flood runs conns attackers, each redialling when the server closes its connection,
+// until ctx ends; flood writes on one connection until a write fails or ctx ends. It
+// returns how many connections the server ended.
+func h2Flood(ctx context.Context, addr, sni string, conns int, read bool, settings []http2.Setting, flood func(ctx context.Context, a *h2Attacker) error) int64 {
+	var ended atomic.Int64
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				a, err := dialH2(addr, sni, read, settings...)
+				if err != nil {
+					continue
+				}
+				stop := context.AfterFunc(ctx, func() { a.c.Close() })
+				err = flood(ctx, a)
+				stop()
+				a.c.Close()
+				if err != nil && ctx.Err() == nil {
+					ended.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ended.Load()
+}
+
+// TestH2Floods: rapid reset (h2c and h2 over TLS), CONTINUATION floods, HPACK bombs,
+// SETTINGS and PING floods and zero-window stalls: legitimate HTTP/1.1 requests never
+// fail, and the binary's goroutines and memory come back to their baseline. The
+// legitimate p99 during each flood is logged against the quiet one (bench/README.md).
+func TestH2Floods(t *testing.T) {
+	const legit, big, secure = "legit.rel.test", "big.rel.test", "tls.rel.test"
+	backend := echoBackend(t, "legit")
+	bigSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("z"), 1<<20))
+	})}
+	ln := listen(t)
+	go func() { _ = bigSrv.Serve(ln) }()
+	t.Cleanup(func() { _ = bigSrv.Close() })
+	certPEM, keyPEM := keyPair(t, secure)
+	p, _ := standalone(t, tableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
+		route(legit, "", backend), route(big, "", targetOf(t, ln.Addr().String(), "lease-big")), route(secure, "c", backend)),
+		"--client-send-timeout", "3s", "--log-level", "info")
+
+	type flood struct {
+		name     string
+		sni      string
+		read     bool
+		settings []http2.Setting
+		run      func(ctx context.Context, a *h2Attacker) error
+	}
+	rapidReset := func(ctx context.Context, a *h2Attacker) error {
+		for id := uint32(1); ctx.Err() == nil; id += 2 {
+			block := a.headers(getFields(legit, "/")...)
+			if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+				return err
+			}
+			if err := a.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	floods := []flood{
+		{name: "rapid reset h2c", read: true, run: rapidReset},
+		{name: "rapid reset h2 over TLS", sni: secure, read: true, run: rapidReset},
+		{name: "CONTINUATION flood", read: true, run: func(ctx context.Context, a *h2Attacker) error {
+			first := a.headers(getFields(legit, "/")...)
+			if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true}); err != nil {
+				return err
+			}
+			junk := a.headers("x-junk", strings.Repeat("j", 8000))
+			for ctx.Err() == nil {
+				if err := a.fr.WriteContinuation(1, false, junk); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{name: "HPACK bomb", read: true, run: func(ctx context.Context, a *h2Attacker) error {
+			// One 4 KiB value in the dynamic table, then requests that name it a thousand
+			// times each (1 byte per reference: 4 MiB decoded per 1 KiB sent).
+			seed := a.headers(append(getFields(legit, "/"), "x-bomb", strings.Repeat("b", 4000))...)
+			if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: seed, EndStream: true, EndHeaders: true}); err != nil {
+				return err
+			}
+			for id := uint32(3); ctx.Err() == nil; id += 2 {
+				block := append(a.headers(getFields(legit, "/")...), bytes.Repeat([]byte{0x80 | 62}, 1000)...)
+				if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{name: "SETTINGS flood", read: false, run: func(ctx context.Context, a *h2Attacker) error {
+			for ctx.Err() == nil {
+				if err := a.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{name: "PING flood", read: false, run: func(ctx context.Context, a *h2Attacker) error {
+			for ctx.Err() == nil {
+				if err := a.fr.WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{name: "zero-window stall", read: true, settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
+			run: func(ctx context.Context, a *h2Attacker) error {
+				for id := uint32(1); id < 200 && ctx.Err() == nil; id += 2 {
+					block := a.headers(getFields(big, "/big")...)
+					if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+						return err
+					}
+				}
+				<-ctx.Done() // the streams stall: no WINDOW_UPDATE ever
+				return nil
+			}},
+	}
+	for _, f := range floods {
+		t.Run(f.name, func(t *testing.T) {
+			addr := p.http
+			if f.sni != "" {
+				addr = p.https
+			}
+			var ended int64
+			fig := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {
+				ended = h2Flood(ctx, addr, f.sni, 4, f.read, f.settings, f.run)
+			})
+			ratio := float64(fig.during.p99) / float64(max(fig.quiet.p99, 1))
+			t.Logf("%s: %d attacking connections ended by the server; legitimate p99 %.1fx quiet\n\t%s", f.name, ended, ratio, fig)
+		})
+	}
+}
