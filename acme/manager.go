@@ -110,6 +110,7 @@ type Manager struct {
 // engine is certmagic, set up by Run (nil before): its certificate cache (with the
 // maintenance goroutine that renews), its configuration and the ACME issuer.
 type engine struct {
+	store  *ownedStorage
 	cache  *certmagic.Cache
 	cfg    *certmagic.Config
 	issuer *certmagic.ACMEIssuer
@@ -287,7 +288,7 @@ func (m *Manager) newEngine(httpAddr, httpsAddr net.Addr) (*engine, error) {
 	}
 	tmpl.ListenHost = host
 
-	e := &engine{}
+	e := &engine{store: newOwnedStorage(&certmagic.FileStorage{Path: m.opts.Dir})}
 	e.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return e.cfg, nil },
 		RenewCheckInterval: m.opts.RenewCheckInterval,
@@ -295,7 +296,7 @@ func (m *Manager) newEngine(httpAddr, httpsAddr net.Addr) (*engine, error) {
 	})
 	e.cfg = certmagic.New(e.cache, certmagic.Config{
 		RenewalWindowRatio: m.opts.RenewalWindowRatio,
-		Storage:            &certmagic.FileStorage{Path: m.opts.Dir},
+		Storage:            e.store,
 		Logger:             m.cmLog,
 		OnEvent:            m.onEvent,
 		ShouldEmitFunc:     shouldEmit,
@@ -328,7 +329,15 @@ func (m *Manager) stop(e *engine) {
 	}
 	m.mu.Unlock()
 	e.cache.Stop()
+	// certmagic's obtain and renew goroutines see their contexts end a moment later:
+	// nothing of theirs writes into Options.Dir once Run has returned.
+	if !e.store.close(storageCloseWait) {
+		m.log.Warn("acme: certificate store writes still under way after stop", zap.Duration("waited", storageCloseWait))
+	}
 }
+
+// storageCloseWait bounds how long stopping waits for certmagic's writes under way.
+const storageCloseWait = 10 * time.Second
 
 // acmeHosts returns the hostnames c's routes want certificates for, and the wildcard ones
 // that cannot have one.
