@@ -1,0 +1,139 @@
+package h2
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/net/http2"
+)
+
+// client returns Go's HTTP/2 client for ts (h2c with prior knowledge or TLS).
+func (ts *testServer) client() *http.Client {
+	tr := &http2.Transport{}
+	if ts.tls != nil {
+		tr.TLSClientConfig = ts.tls
+	} else {
+		tr.AllowHTTP = true
+		tr.DialTLSContext = func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	}
+	return &http.Client{Transport: tr}
+}
+
+func (ts *testServer) url() string {
+	if ts.tls != nil {
+		return "https://" + ts.addr
+	}
+	return "http://" + ts.addr
+}
+
+func TestEngineRoundTrips(t *testing.T) {
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "h2c", true: "tls"}[useTLS], func(t *testing.T) {
+			ts := startServer(t, Config{}, echoHandler, useTLS)
+			c := ts.client()
+			res, err := c.Get(ts.url() + "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || !strings.HasPrefix(string(b), "hello") || res.ContentLength != int64(len(b)) {
+				t.Fatalf("GET: %d %q (length %d)", res.StatusCode, b, res.ContentLength)
+			}
+
+			// A body larger than every window, both ways, on several streams at once.
+			big := make([]byte, 5<<20+17)
+			rand.Read(big)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					res, err := c.Post(ts.url()+"/up", "application/octet-stream", bytes.NewReader(big))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					got, err := io.ReadAll(res.Body)
+					res.Body.Close()
+					if err != nil || !bytes.Equal(got, big) {
+						t.Errorf("echo of %d bytes: got %d, %v", len(big), len(got), err)
+					}
+				})
+			}
+			wg.Wait()
+
+			// Trailers go through.
+			req, _ := http.NewRequest("POST", ts.url()+"/tr", io.NopCloser(strings.NewReader("abc")))
+			req.Trailer = http.Header{"X-Sum": nil}
+			req.ContentLength = -1
+			req.Trailer.Set("X-Sum", "42")
+			res, err = c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ = io.ReadAll(res.Body)
+			res.Body.Close()
+			if string(b) != "abc" || res.Trailer.Get("X-Sum") != "42" {
+				t.Fatalf("trailers: body %q trailer %v", b, res.Trailer)
+			}
+		})
+	}
+}
+
+// TestEngineRejectsMalformed: RFC 9113 request rules are stream errors, and nothing of
+// such a request reaches the handler.
+func TestEngineRejectsMalformed(t *testing.T) {
+	reached := make(chan string, 16)
+	h := HandlerFunc(func(st *Stream) {
+		c, _ := st.Request().Get("cookie")
+		reached <- st.Request().Path + "|" + c
+		echoHandler(st)
+	})
+	ts := startServer(t, Config{}, h, false)
+	cases := map[string][][2]string{
+		"connection field": {{"connection", "close"}},
+		"te gzip":          {{"te", "gzip"}},
+		"upgrade":          {{"upgrade", "websocket"}},
+		"host mismatch":    {{"host", "other.example"}},
+		"bad cl":           {{"content-length", "1x"}},
+		"cl with end":      {{"content-length", "3"}},
+	}
+	for name, extra := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := newPeer(t, ts)
+			fields := append([][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "a.example"}, {":path", "/" + name}}, extra...)
+			p.headers(1, true, fields...)
+			if code := p.expectReset(1); code != http2.ErrCodeProtocol {
+				t.Fatalf("reset code %v, want PROTOCOL_ERROR", code)
+			}
+		})
+	}
+	// A good request on a fresh connection is served, cookies joined.
+	p := newPeer(t, ts)
+	p.headers(1, true, [2]string{":method", "GET"}, [2]string{":scheme", "http"}, [2]string{":authority", "a.example"},
+		[2]string{":path", "/ok"}, [2]string{"cookie", "a=1"}, [2]string{"cookie", "b=2"}, [2]string{"host", "a.example"})
+	if st := p.expectResponse(1); st != "200" {
+		t.Fatalf("status %s", st)
+	}
+	select {
+	case path := <-reached:
+		if path != "/ok|a=1; b=2" {
+			t.Fatalf("handler saw %q", path)
+		}
+	default:
+		t.Fatal("handler not reached")
+	}
+	if len(reached) != 0 {
+		t.Fatalf("a malformed request reached the handler: %q", <-reached)
+	}
+}
