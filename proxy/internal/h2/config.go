@@ -36,8 +36,9 @@ type Config struct {
 	// then the stream is reset.
 	BodyTimeout time.Duration
 	// MaxQueuedControl caps control frames (SETTINGS and PING acknowledgements,
-	// RST_STREAM, WINDOW_UPDATE) waiting for the writer (default 1000); a client that
-	// provokes more without reading is disconnected.
+	// RST_STREAM, WINDOW_UPDATE) waiting for the writer (default 5000); a client that
+	// provokes more without reading is disconnected. It is above JunkBurst, so that a
+	// client that reads is stopped by the junk budget, with a GOAWAY, first.
 	MaxQueuedControl int
 	// ResetBurst and ResetRate bound stream resets, sent or received, and refused
 	// streams: a bucket of ResetBurst tokens refilled at ResetRate per second (defaults
@@ -83,7 +84,7 @@ func (c *Config) setDefaults() {
 	def(&c.PingTimeout, 15*time.Second)
 	def(&c.WriteTimeout, 30*time.Second)
 	def(&c.BodyTimeout, 30*time.Second)
-	defInt(&c.MaxQueuedControl, 1000)
+	defInt(&c.MaxQueuedControl, 5000)
 	defInt(&c.ResetBurst, 2*int(c.MaxConcurrentStreams))
 	defInt(&c.ResetRate, 100)
 	defInt(&c.JunkBurst, 1000)

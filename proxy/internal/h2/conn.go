@@ -73,6 +73,7 @@ type Conn struct {
 	recvWin                  int32 // connection receive window left to the client
 	recvUnacked              int32 // consumed, not yet given back
 	connStall                *time.Timer
+	writeErr                 error // why the writer failed
 
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -146,6 +147,12 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.Close()
 	<-c.writerDone
 	c.handlers.Wait()
+	c.mu.Lock()
+	werr := c.writeErr
+	c.mu.Unlock()
+	if werr != nil {
+		return werr // the read loop's error, if any, follows from it
+	}
 	if err == io.EOF || errors.Is(err, net.ErrClosed) {
 		err = nil
 	}

@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -101,6 +102,14 @@ func (c *Conn) block(st *Stream) {
 	}
 }
 
+// writeFailed closes the connection after a failed write (c.mu held).
+func (c *Conn) writeFailed(err error) {
+	if c.writeErr == nil && !c.dead {
+		c.writeErr = fmt.Errorf("h2: write: %w", err)
+	}
+	c.closeLocked()
+}
+
 func (c *Conn) hasWork() bool { return len(c.ctrl) > 0 || (len(c.ready) > 0 && !c.closing) }
 
 // writeLoop is the writer goroutine.
@@ -118,7 +127,7 @@ func (c *Conn) writeLoop() {
 				err := c.flush()
 				c.mu.Lock()
 				if err != nil {
-					c.closeLocked()
+					c.writeFailed(err)
 				}
 				continue
 			}
@@ -137,7 +146,7 @@ func (c *Conn) writeLoop() {
 		err := c.writeItems()
 		c.mu.Lock()
 		if err != nil {
-			c.closeLocked()
+			c.writeFailed(err)
 		}
 	}
 }
