@@ -75,7 +75,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
 		return c.refuse(id, http2.ErrCodeRefusedStream)
 	}
-	st := &Stream{c: c, id: id, wake: make(chan struct{}, 1)}
+	st := &Stream{c: c, id: id, wake: make(chan struct{}, 1), bodyTimeout: c.cfg.BodyTimeout}
 	st.remoteDone = f.StreamEnded()
 	if f.Truncated {
 		// The head exceeds MaxHeaderBytes: 431, answered by the engine.
@@ -85,6 +85,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if err := parseRequest(f.Fields, c.cfg.EnableConnectProtocol, &st.req); err != nil {
 		return c.refuse(id, http2.ErrCodeProtocol)
 	}
+	st.req.NoBody = st.remoteDone
 	if st.remoteDone && st.req.ContentLength > 0 {
 		return c.refuse(id, http2.ErrCodeProtocol)
 	}

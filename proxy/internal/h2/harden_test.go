@@ -362,8 +362,8 @@ func TestZeroWindowStall(t *testing.T) {
 			t.Fatal("DATA sent into a zero window")
 		}
 		if rst, ok := f.(*http2.RSTStreamFrame); ok {
-			if rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeCancel {
-				t.Fatalf("RST_STREAM %d %v, want 1 CANCEL", rst.StreamID, rst.ErrCode)
+			if rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeInternal {
+				t.Fatalf("RST_STREAM %d %v, want 1 INTERNAL_ERROR", rst.StreamID, rst.ErrCode)
 			}
 			break
 		}

@@ -19,6 +19,8 @@ type Request struct {
 	Fields []hpack.HeaderField
 	// ContentLength is the request's content-length, -1 when it has none.
 	ContentLength int64
+	// NoBody: END_STREAM came with the head (the request has no body at all).
+	NoBody bool
 	// HeaderBytes is the decoded size of the head (names and values, pseudo-headers
 	// included), for accounting.
 	HeaderBytes int64

@@ -21,6 +21,8 @@ type Stream struct {
 	// wake is signalled on every change a waiting Read or Write may care about.
 	wake   chan struct{}
 	rtimer *time.Timer // BodyTimeout for Read waits, created on the first wait
+	// bodyTimeout is Config.BodyTimeout unless SetBodyTimeout changed it; 0: none.
+	bodyTimeout time.Duration
 
 	// Under c.mu. Request side:
 	in           []byte // received body bytes not yet read
@@ -183,10 +185,15 @@ func (st *Stream) Read(p []byte) (int, error) {
 			}
 		}
 		c.mu.Unlock()
+		if st.bodyTimeout <= 0 {
+			<-st.wake
+			c.mu.Lock()
+			continue
+		}
 		if st.rtimer == nil {
-			st.rtimer = time.NewTimer(c.cfg.BodyTimeout)
+			st.rtimer = time.NewTimer(st.bodyTimeout)
 		} else {
-			st.rtimer.Reset(c.cfg.BodyTimeout)
+			st.rtimer.Reset(st.bodyTimeout)
 		}
 		select {
 		case <-st.wake:
@@ -201,6 +208,10 @@ func (st *Stream) Read(p []byte) (int, error) {
 		st.rtimer.Stop()
 	}
 }
+
+// SetBodyTimeout changes how long Read waits for the client (0: as long as the stream
+// lives; a tunnel's client may be silent). Call it from the handler before Read.
+func (st *Stream) SetBodyTimeout(d time.Duration) { st.bodyTimeout = d }
 
 // consumed gives n read bytes of window back to the stream and the connection.
 func (c *Conn) consumed(st *Stream, n int32) {
@@ -349,13 +360,13 @@ func (st *Stream) Close(trailers []hpack.HeaderField) error {
 }
 
 // Reset resets the stream with code (CANCEL, INTERNAL_ERROR...): queued response bytes
-// are dropped.
+// are dropped. After Close (or WriteHead with end) it does nothing.
 func (st *Stream) Reset(code http2.ErrCode) {
 	c := st.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st.reset || st.endSent {
-		return
+	if st.reset || st.outEnd {
+		return // a complete response is not taken back
 	}
 	_ = c.streamErrorNoCharge(st, code)
 }

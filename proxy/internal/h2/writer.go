@@ -75,7 +75,8 @@ func (c *Conn) park(st *Stream) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if st.parked && !st.reset {
-				_ = c.streamErrorNoCharge(st, http2.ErrCodeCancel)
+				// INTERNAL_ERROR as net/http's server resets an aborted response.
+				_ = c.streamErrorNoCharge(st, http2.ErrCodeInternal)
 				st.resetErr = ErrWriteStalled
 			}
 		})
