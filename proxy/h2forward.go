@@ -89,6 +89,9 @@ func (x *h2Req) route() {
 		x.answer(outcomeBadRequest)
 		return
 	}
+	if x.challenge() {
+		return // ACME HTTP-01, before routing and redirects (h2challenge.go)
+	}
 	t := s.tables.Load()
 	if t == nil {
 		x.answer(outcomeNoTable)
@@ -189,11 +192,21 @@ func headBytes(fields []hpack.HeaderField) int64 {
 type streamBody struct {
 	st *h2.Stream
 	tb *trackedBody
+	// trailer is the outgoing request's Trailer map (nil when the client announced
+	// none): the stream's trailers are copied in at the body's end, before the
+	// transport writes them.
+	trailer http.Header
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
 	n, err := b.st.Read(p)
-	if errors.Is(err, h2.ErrBodyTimeout) {
+	switch {
+	case err == io.EOF && b.trailer != nil:
+		for _, f := range b.st.Trailers() {
+			k := http.CanonicalHeaderKey(f.Name)
+			b.trailer[k] = append(b.trailer[k], f.Value)
+		}
+	case errors.Is(err, h2.ErrBodyTimeout):
 		b.tb.timedOut.Store(true)
 	}
 	return n, err
@@ -221,6 +234,21 @@ func (x *h2Req) outgoing(o *outbound) (*http.Request, *trackedBody, error) {
 		k := http.CanonicalHeaderKey(fl.Name)
 		h[k] = append(h[k], fl.Value)
 	}
+	var trailer http.Header
+	if !rq.NoBody {
+		// Announced request trailers are forwarded (the transport writes them after a
+		// chunked body); Trailer itself is hop-by-hop, written by the transport.
+		for _, v := range h["Trailer"] {
+			for _, k := range strings.Split(v, ",") {
+				if k = strings.TrimSpace(k); k != "" {
+					if trailer == nil {
+						trailer = make(http.Header)
+					}
+					trailer[http.CanonicalHeaderKey(k)] = nil
+				}
+			}
+		}
+	}
 	if removeHopByHop(h) {
 		h["Te"] = valTrailers
 	}
@@ -235,7 +263,8 @@ func (x *h2Req) outgoing(o *outbound) (*http.Request, *trackedBody, error) {
 	var body *trackedBody
 	if !rq.NoBody && rq.ContentLength != 0 {
 		body = &o.body
-		body.rc = &streamBody{st: x.st, tb: body}
+		body.rc = &streamBody{st: x.st, tb: body, trailer: trailer}
+		o.req.Trailer = trailer
 		body.limit = rq.ContentLength
 		o.req.ContentLength = rq.ContentLength
 		if body.limit < 0 {

@@ -41,6 +41,7 @@ func (x *h2Req) tunnel() {
 		return
 	}
 	req.Method = http.MethodGet
+	req.Body, req.ContentLength = nil, 0 // the stream's DATA is the tunnel's, after the 101
 	h := req.Header
 	h["Connection"] = valUpgrade
 	h["Upgrade"] = valWebSocket
