@@ -19,8 +19,9 @@ import (
 	"github.com/serve-zone/ingress/routetable"
 )
 
-// Tests of the own HTTP/2 server (Config.HTTP2Server "own") through the proxy. The rest
-// of the package's tests run on it too with PROXY_TEST_HTTP2_SERVER=own.
+// Tests of the own HTTP/2 server (Config.HTTP2Server "own", the default) through the
+// proxy; the rest of the package's tests run on it too, and on net/http's with
+// PROXY_TEST_HTTP2_SERVER=std.
 
 func withOwnH2(c *Config) { c.HTTP2Server = HTTP2ServerOwn }
 

@@ -57,7 +57,7 @@ func newEnv(t testing.TB, opts ...func(*Config)) *env {
 		DialTimeout:           2 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Second,
 	}
-	cfg.HTTP2Server = os.Getenv("PROXY_TEST_HTTP2_SERVER") // "own" runs every test on the own HTTP/2 server
+	cfg.HTTP2Server = os.Getenv("PROXY_TEST_HTTP2_SERVER") // "std" runs every test on net/http's HTTP/2 server
 	for _, o := range opts {
 		o(&cfg)
 	}

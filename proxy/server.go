@@ -114,8 +114,8 @@ type Config struct {
 	// announces it for HTTP/3 and redirects to https name it. 0 means the bound port.
 	PublicHTTPSPort int
 	// HTTP2Server chooses the HTTP/2 server for h2 over TLS and prior-knowledge h2c:
-	// HTTP2ServerStd ("std", net/http's; "" means it) or HTTP2ServerOwn ("own",
-	// proxy/internal/h2 through h2serve.go).
+	// HTTP2ServerOwn ("own", proxy/internal/h2 through h2serve.go; "" means it) or
+	// HTTP2ServerStd ("std", net/http's, the reference).
 	HTTP2Server string
 }
 
@@ -226,7 +226,7 @@ func New(cfg Config) (*Server, error) {
 		tables:    cfg.Tables,
 		accessLog: cfg.AccessLog,
 		trusted:   cfg.TrustedProxies,
-		ownH2:     cfg.HTTP2Server == HTTP2ServerOwn,
+		ownH2:     cfg.HTTP2Server != HTTP2ServerStd,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
