@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
 )
 
 // Tests of the own HTTP/2 server (Config.HTTP2Server "own", the default) through the
@@ -204,5 +205,35 @@ func TestOwnH2ExtendedConnectOtherwise(t *testing.T) {
 		if res.StatusCode != tc.want {
 			t.Errorf("%s %s: status %d, want %d", tc.host, tc.proto, res.StatusCode, tc.want)
 		}
+	}
+}
+
+// TestOwnH2ConnectionCounts: an HTTP/2 connection is counted under HTTP/2 while open
+// and gone after; its bytes go to its requests' hostname and HTTP/2 only (no tail is
+// attributed at close as for HTTP/1.1), the route's and the totals' the same.
+func TestOwnH2ConnectionCounts(t *testing.T) {
+	e := newEnv(t, withOwnH2)
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
+	c := e.h2cClient()
+	for range 3 {
+		res, body := get(t, c, "http://app.example.test/x", "")
+		if res.StatusCode != 200 || res.ProtoMajor != 2 {
+			t.Fatalf("%s %d %q", res.Proto, res.StatusCode, body)
+		}
+	}
+	if n := e.totals.Snapshot().Conns[stats.ProtoHTTP2]; n != 1 {
+		t.Fatalf("%d HTTP/2 connections counted, want 1", n)
+	}
+	c.CloseIdleConnections()
+	waitFor(t, "the connection's end", func() bool {
+		s := e.totals.Snapshot()
+		return s.Conns[stats.ProtoHTTP2] == 0 && s.Conns[stats.ProtoHTTP1] == 0
+	})
+	s, st := e.totals.Snapshot(), e.stat("app.example.test")
+	if s.BytesIn[stats.ProtoHTTP1] != 0 || s.BytesOut[stats.ProtoHTTP1] != 0 {
+		t.Errorf("HTTP/1.1 bytes %d/%d counted for an HTTP/2 connection", s.BytesIn[stats.ProtoHTTP1], s.BytesOut[stats.ProtoHTTP1])
+	}
+	if st.Requests != 3 || st.BytesIn != s.BytesIn[stats.ProtoHTTP2] || st.BytesOut != s.BytesOut[stats.ProtoHTTP2] || st.BytesOut == 0 {
+		t.Errorf("route: %d requests %d/%d bytes; totals %d/%d", st.Requests, st.BytesIn, st.BytesOut, s.BytesIn[stats.ProtoHTTP2], s.BytesOut[stats.ProtoHTTP2])
 	}
 }

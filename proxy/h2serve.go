@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -87,8 +88,9 @@ func (c *h1Conn) serveH2() {
 	}
 	cc := c.cc
 	if c.w > c.r {
-		cc.pending = c.rbuf[c.r:c.w]
+		cc.pending = bytes.Clone(c.rbuf[c.r:c.w]) // the fast path's 8 KiB buffer is not kept
 	}
+	c.rbuf = nil
 	_ = cc.SetDeadline(time.Time{})
 	cc.setProto(stats.ProtoHTTP2)
 	f := &h2Front{s: s, cc: cc, secure: c.secure, altSvc: c.secure && s.h3.altSvc != nil}
@@ -99,6 +101,9 @@ func (c *h1Conn) serveH2() {
 	s.h2.add(conn)
 	err := conn.Serve(context.Background())
 	s.h2.remove(conn)
+	// HTTP/2 accounting is per stream (h2forward.go): no connection tail to attribute
+	// when the fast path closes the connection (flushTail).
+	cc.acctRead, cc.acctWrite = cc.readN.Load(), cc.writeN.Load()
 	if err != nil {
 		s.log.Debug("HTTP/2 connection ended", zap.String("client", f.remote), zap.Error(err))
 	}
