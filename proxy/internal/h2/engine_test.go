@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -135,5 +136,41 @@ func TestEngineRejectsMalformed(t *testing.T) {
 	}
 	if len(reached) != 0 {
 		t.Fatalf("a malformed request reached the handler: %q", <-reached)
+	}
+}
+
+// TestUnreadBodiesReturnWindow: request bodies a handler never reads (it answers first)
+// give their connection window back when their streams close; else a few such
+// requests would stall every later upload on the connection.
+func TestUnreadBodiesReturnWindow(t *testing.T) {
+	h := HandlerFunc(func(st *Stream) {
+		if st.Request().Path == "/echo" {
+			echoHandler(st)
+			return
+		}
+		_ = st.WriteHead(200, nil, nil, true) // the body is left unread
+	})
+	ts := startServer(t, Config{}, h, false)
+	c := ts.client()
+	body := make([]byte, 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 12 {
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.url()+"/ignore", bytes.NewReader(body))
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		res.Body.Close()
+	}
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.url()+"/echo", bytes.NewReader(body))
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || len(got) != len(body) {
+		t.Fatalf("echo after unread bodies: %d bytes, %v", len(got), err)
 	}
 }

@@ -317,6 +317,12 @@ func (c *Conn) closeStream(st *Stream) {
 	}
 	st.closed = true
 	delete(c.streams, st.id)
+	if unread := len(st.in) - st.inOff; unread > 0 {
+		// Body bytes nobody will read: their connection window goes back, or a few
+		// such streams would stall every later upload on the connection.
+		c.returnConn(int32(unread))
+		st.in, st.inOff = nil, 0
+	}
 	if st.stall != nil {
 		st.stall.Stop()
 	}
