@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -231,7 +232,10 @@ type connError struct {
 
 func (e connError) Error() string { return "h2: connection error " + e.code.String() + ": " + e.reason }
 
-var errBadPreface = errors.New("h2: invalid client preface")
+
+// yieldEvery is how many frames the read loop handles back to back, without waiting for
+// the socket, before it lets other goroutines run.
+const yieldEvery = 64
 
 // readLoop reads and handles frames until the connection ends; it returns why.
 func (c *Conn) readLoop() error {
@@ -263,7 +267,13 @@ func (c *Conn) readLoop() error {
 	// A header block may take MaxHeaderBytes and, empty CONTINUATION frames aside, the
 	// Framer refuses fragments more than twice what is left of the list.
 	frameBudget := 4*int(c.cfg.MaxHeaderBytes) + 2*(defaultMaxFrame+9)
-	for {
+	for n := 0; ; n++ {
+		if n%yieldEvery == yieldEvery-1 && c.br.Buffered() > 0 {
+			// A client that keeps the buffer full (a flood, or just a busy
+			// connection) would otherwise keep the processor for a whole scheduler
+			// slice (10 ms): the other connections' goroutines get their turn.
+			runtime.Gosched()
+		}
 		c.budget.refill(frameBudget)
 		f, err := c.fr.ReadFrame()
 		c.mu.Lock()

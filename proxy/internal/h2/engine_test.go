@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +173,51 @@ func TestUnreadBodiesReturnWindow(t *testing.T) {
 	res.Body.Close()
 	if err != nil || len(got) != len(body) {
 		t.Fatalf("echo after unread bodies: %d bytes, %v", len(got), err)
+	}
+}
+
+// writeCounter counts the writes to a connection's socket.
+type writeCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (w writeCounter) Write(p []byte) (int, error) {
+	w.n.Add(1)
+	return w.Conn.Write(p)
+}
+
+// TestSmallResponseOneWrite: a small response's HEADERS and DATA(END_STREAM) leave in
+// one write to the socket (one TLS record write over TLS).
+func TestSmallResponseOneWrite(t *testing.T) {
+	var writes atomic.Int64
+	ts := startServerWrapped(t, Config{}, echoHandler, true, func(nc net.Conn) net.Conn { return writeCounter{nc, &writes} })
+	p := newPeer(t, ts)
+	_ = p.fr.WriteSettingsAck()
+	for acked := false; !acked; {
+		f, err := p.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && sf.IsAck() {
+			acked = true
+		}
+	}
+	for i := range 5 {
+		before := writes.Load()
+		id := uint32(2*i + 1)
+		p.get(id, "/small")
+		for ended := false; !ended; {
+			f, err := p.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, ok := f.(*http2.DataFrame); ok && d.StreamID == id && d.StreamEnded() {
+				ended = true
+			}
+		}
+		if n := writes.Load() - before; n != 1 {
+			t.Fatalf("response %d took %d writes, want 1", i, n)
+		}
 	}
 }

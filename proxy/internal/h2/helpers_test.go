@@ -29,6 +29,13 @@ type testServer struct {
 
 func startServer(t testing.TB, cfg Config, h Handler, useTLS bool) *testServer {
 	t.Helper()
+	return startServerWrapped(t, cfg, h, useTLS, nil)
+}
+
+// startServerWrapped is startServer with wrap applied to every accepted connection
+// (after TLS) before the engine gets it.
+func startServerWrapped(t testing.TB, cfg Config, h Handler, useTLS bool, wrap func(net.Conn) net.Conn) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +72,9 @@ func startServer(t testing.TB, cfg Config, h Handler, useTLS bool) *testServer {
 					}
 					_ = tc.SetDeadline(time.Time{})
 					nc = tc
+				}
+				if wrap != nil {
+					nc = wrap(nc)
 				}
 				c := NewConn(nc, cfg, h)
 				ts.mu.Lock()
