@@ -232,7 +232,6 @@ type connError struct {
 
 func (e connError) Error() string { return "h2: connection error " + e.code.String() + ": " + e.reason }
 
-
 // yieldEvery is how many frames the read loop handles back to back, without waiting for
 // the socket, before it lets other goroutines run.
 const yieldEvery = 64
