@@ -237,3 +237,37 @@ func TestOwnH2ConnectionCounts(t *testing.T) {
 		t.Errorf("route: %d requests %d/%d bytes; totals %d/%d", st.Requests, st.BytesIn, st.BytesOut, s.BytesIn[stats.ProtoHTTP2], s.BytesOut[stats.ProtoHTTP2])
 	}
 }
+
+// TestOwnH2WebSocketDrainsOnStop: Shutdown waits for a WebSocket over HTTP/2 until its
+// deadline, then closes it; the client's stream ends.
+func TestOwnH2WebSocketDrainsOnStop(t *testing.T) {
+	e := newEnv(t, withOwnH2)
+	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{wsEcho(t)}}})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodConnect, "http://ws.example.test/ws", pr)
+	req.Header.Set(":protocol", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	tr := xnetH2c(e.http)
+	defer tr.CloseIdleConnections()
+	res, err := tr.RoundTrip(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", res, err)
+	}
+	defer res.Body.Close()
+	if err := wsFrame(pw, 1, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, err := wsRead(res.Body); err != nil || string(b) != "hi" {
+		t.Fatalf("echo: %q %v", b, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := e.srv.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown returned before the open tunnel ended")
+	}
+	if _, err := io.Copy(io.Discard, res.Body); err == nil {
+		t.Fatal("the tunnel's stream ended cleanly, want it cut by the stop")
+	}
+	waitFor(t, "the tunnel's end", func() bool { return e.totals.Snapshot().WebSockets == 0 })
+}
