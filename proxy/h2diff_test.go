@@ -29,7 +29,7 @@ type seenRequest struct {
 
 // recordingTarget answers with what it saw as JSON, plus the response the request asks
 // for through its X-Want-* fields.
-func recordingTarget(t *testing.T) string {
+func recordingTarget(t testing.TB) string {
 	return backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		h := r.Header.Clone()

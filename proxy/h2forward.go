@@ -85,7 +85,10 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 // CONNECTs, else a forward.
 func (x *h2Req) route() {
 	s, f, rq := x.f.s, x.f, x.rq
-	if !isToken(rq.Method) || breaksRequestLine(rq.Path) || rq.Authority == "" || !validHostPort(rq.Authority) {
+	_, query, _ := strings.Cut(rq.Path, "?")
+	// The path is forwarded re-escaped (outgoing), as net/http's server does; the query
+	// as it came, so it must not hold what would end the request line.
+	if !isToken(rq.Method) || breaksRequestLine(query) || rq.Authority == "" || !validHostPort(rq.Authority) {
 		x.answer(outcomeBadRequest)
 		return
 	}

@@ -221,3 +221,24 @@ func TestSmallResponseOneWrite(t *testing.T) {
 		}
 	}
 }
+
+func TestSameAuthority(t *testing.T) {
+	for _, c := range []struct {
+		a, b, scheme string
+		want         bool
+	}{
+		{"a.example", "A.Example", "https", true},
+		{"a.example:443", "a.example", "https", true},
+		{"a.example:80", "a.example", "http", true},
+		{"a.example:", "a.example", "http", true},
+		{"a.example:80", "a.example", "https", false},
+		{"a.example:8080", "a.example", "http", false},
+		{"[::1]:443", "[::1]", "https", true},
+		{"[::1]", "[::2]", "https", false},
+		{"b.example", "a.example", "http", false},
+	} {
+		if got := sameAuthority(c.a, c.b, c.scheme); got != c.want {
+			t.Errorf("sameAuthority(%q, %q, %s) = %v", c.a, c.b, c.scheme, got)
+		}
+	}
+}

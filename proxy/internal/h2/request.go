@@ -106,7 +106,7 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 	if hasHost {
 		if !hasAuthority {
 			r.Authority = host
-		} else if !strings.EqualFold(host, r.Authority) {
+		} else if !sameAuthority(host, r.Authority, r.Scheme) {
 			return errHostMismatch
 		}
 	}
@@ -160,6 +160,23 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 		}
 	}
 	return nil
+}
+
+// sameAuthority compares host and :authority after scheme-based normalization (RFC 9113
+// §8.3.1, RFC 3986 §6.2.3): case-insensitive, an empty port or the scheme's default port
+// left out.
+func sameAuthority(a, b, scheme string) bool {
+	return strings.EqualFold(normalAuthority(a, scheme), normalAuthority(b, scheme))
+}
+
+func normalAuthority(a, scheme string) string {
+	if i := strings.LastIndexByte(a, ':'); i >= 0 && !strings.Contains(a[i:], "]") {
+		switch port := a[i+1:]; {
+		case port == "", port == "80" && scheme == "http", port == "443" && scheme == "https":
+			return a[:i]
+		}
+	}
+	return a
 }
 
 // parseTrailers checks a trailer block: no pseudo-headers, no connection-specific fields.
