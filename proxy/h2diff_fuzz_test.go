@@ -167,4 +167,3 @@ func FuzzH2OwnMatchesStd(f *testing.F) {
 		t.Fatalf("%q: std: %v\nown: %v", fields, std, own)
 	})
 }
-
