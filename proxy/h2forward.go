@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -133,13 +134,31 @@ func (x *h2Req) route() {
 // and Alt-Svc when HTTP/3 is announced.
 func (x *h2Req) commonFields(fields []hpack.HeaderField, hasDate bool) []hpack.HeaderField {
 	if !hasDate {
-		fields = append(fields, hpack.HeaderField{Name: "date", Value: string(appendDate(nil, time.Now()))})
+		fields = append(fields, hpack.HeaderField{Name: "date", Value: dateString(time.Now())})
 	}
 	if x.f.altSvc {
 		fields = append(fields, hpack.HeaderField{Name: "alt-svc", Value: x.f.s.h3.altSvc[0]})
 	}
 	return fields
 }
+
+// dateString is the Date value for now, made once per second.
+func dateString(now time.Time) string {
+	sec := now.Unix()
+	if d := dateStrings.Load(); d != nil && d.sec == sec {
+		return d.s
+	}
+	d := &dateStr{sec: sec, s: now.UTC().Format(http.TimeFormat)}
+	dateStrings.Store(d)
+	return d.s
+}
+
+type dateStr struct {
+	sec int64
+	s   string
+}
+
+var dateStrings atomic.Pointer[dateStr]
 
 // answer writes o's fixed response (errors.go has the texts).
 func (x *h2Req) answer(o outcome) {

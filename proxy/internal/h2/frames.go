@@ -97,7 +97,10 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 // startStream opens st and runs h on it.
 func (c *Conn) startStream(st *Stream, h Handler) {
 	st.sendWin = c.peerInitWin
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
+	// Not a child of the connection's context: registering each stream with it would
+	// take its lock twice per stream. The connection cancels its streams itself (Close
+	// resets every open one; a stream is cancelled when reset and when its handler ends).
+	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(c.ctx))
 	c.streams[st.id] = st
 	c.slots++
 	c.handlers.Add(1)
