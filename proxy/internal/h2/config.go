@@ -19,7 +19,8 @@ type Config struct {
 	// StreamBuffer bounds response bytes queued per stream before Stream.Write waits for
 	// the writer (default 64 KiB).
 	StreamBuffer int
-	// WriteBufferSize is the connection's write buffer (default 32 KiB).
+	// WriteBufferSize is the connection's write buffer (default 32 KiB), kept while the
+	// connection has streams and returned to a pool when it has none.
 	WriteBufferSize int
 	// PrefaceTimeout bounds receiving the client preface and its SETTINGS (default 10s).
 	PrefaceTimeout time.Duration
@@ -77,7 +78,7 @@ func (c *Config) setDefaults() {
 		c.ConnWindow = 4 << 20
 	}
 	defInt(&c.StreamBuffer, 64<<10)
-	defInt(&c.WriteBufferSize, 32<<10)
+	defInt(&c.WriteBufferSize, defaultWriteBuffer)
 	def(&c.PrefaceTimeout, 10*time.Second)
 	def(&c.IdleTimeout, 120*time.Second)
 	def(&c.ReadIdleTimeout, 30*time.Second)

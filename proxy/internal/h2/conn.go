@@ -108,14 +108,13 @@ func (c *Conn) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(c.ctx, c.Close)
 	defer stop()
 
-	c.br = bufio.NewReaderSize(c.nc, 16<<10)
+	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	c.budget.r = c.br
 	c.fr = http2.NewFramer(nil, &c.budget)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = c.cfg.MaxHeaderBytes
 	c.fr.SetMaxReadFrameSize(defaultMaxFrame)
-	c.bw = bufio.NewWriterSize(c.nc, c.cfg.WriteBufferSize)
-	c.wfr = http2.NewFramer(c.bw, nil)
+	c.wfr = http2.NewFramer(connWriter{c}, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 
 	// Our SETTINGS and the connection window go first, before the client's preface is
@@ -159,6 +158,10 @@ func (c *Conn) Serve(ctx context.Context) error {
 	}
 	return err
 }
+
+// readBufferSize is the read loop's buffer: many small frames per read; larger DATA
+// payloads are read past it.
+const readBufferSize = 4 << 10
 
 // drainTime bounds how long a closing connection reads and drops the client's bytes.
 const drainTime = time.Second

@@ -1,8 +1,11 @@
 package h2
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -123,7 +126,7 @@ func (c *Conn) writeLoop() {
 				c.mu.Unlock()
 				return
 			}
-			if c.bw.Buffered() > 0 {
+			if c.bw != nil && c.bw.Buffered() > 0 {
 				c.mu.Unlock()
 				err := c.flush()
 				c.mu.Lock()
@@ -132,7 +135,16 @@ func (c *Conn) writeLoop() {
 				}
 				continue
 			}
+			if c.bw != nil && c.slots == 0 {
+				// An idle connection keeps no write buffer; a busy one keeps its own.
+				putWriter(c.bw)
+				c.bw = nil
+			}
 			if c.closing {
+				if c.bw != nil {
+					putWriter(c.bw) // flushed above
+					c.bw = nil
+				}
 				c.mu.Unlock()
 				return
 			}
@@ -346,6 +358,39 @@ func (c *Conn) armWrite() {
 func (c *Conn) flush() error {
 	c.armWrite()
 	return c.bw.Flush()
+}
+
+// connWriter is what the writer's Framer writes to: the connection's buffered writer,
+// taken from a pool when the connection gets busy again (writer goroutine only).
+type connWriter struct{ c *Conn }
+
+func (w connWriter) Write(p []byte) (int, error) {
+	c := w.c
+	if c.bw == nil {
+		c.bw = getWriter(c.nc, c.cfg.WriteBufferSize)
+	}
+	return c.bw.Write(p)
+}
+
+var writers sync.Pool // *bufio.Writer of defaultWriteBuffer bytes
+
+const defaultWriteBuffer = 32 << 10
+
+func getWriter(w io.Writer, size int) *bufio.Writer {
+	if size == defaultWriteBuffer {
+		if bw, ok := writers.Get().(*bufio.Writer); ok {
+			bw.Reset(w)
+			return bw
+		}
+	}
+	return bufio.NewWriterSize(w, size)
+}
+
+func putWriter(bw *bufio.Writer) {
+	if bw.Size() == defaultWriteBuffer {
+		bw.Reset(nil)
+		writers.Put(bw)
+	}
 }
 
 var statusTexts = func() (t [600]string) {
