@@ -10,6 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -270,4 +273,48 @@ func TestOwnH2WebSocketDrainsOnStop(t *testing.T) {
 		t.Fatal("the tunnel's stream ended cleanly, want it cut by the stop")
 	}
 	waitFor(t, "the tunnel's end", func() bool { return e.totals.Snapshot().WebSockets == 0 })
+}
+
+// TestOwnH2Curl: curl (nghttp2 inside) through the own HTTP/2 server, h2c with prior
+// knowledge and h2 over TLS, a GET and an upload.
+func TestOwnH2Curl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err == nil {
+		out, _ := exec.Command(curl, "--version").Output()
+		if !strings.Contains(string(out), "HTTP2") {
+			err = fmt.Errorf("curl without HTTP/2")
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("curl with HTTP/2 is needed (CI is set): %v", err)
+		}
+		t.Skipf("curl with HTTP/2 not found: %v", err)
+	}
+	e := newEnv(t, withOwnH2)
+	e.apply([]routeSpec{{host: "app.example.test", tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))
+	}))}}}, certSpec{id: "c", hosts: []string{"app.example.test"}})
+	_, httpPort, _ := net.SplitHostPort(e.http)
+	_, httpsPort, _ := net.SplitHostPort(e.https)
+	for _, args := range [][]string{
+		{"--http2-prior-knowledge", "--resolve", "app.example.test:" + httpPort + ":127.0.0.1", "http://app.example.test:" + httpPort + "/c"},
+		{"--http2", "-k", "--resolve", "app.example.test:" + httpsPort + ":127.0.0.1", "https://app.example.test:" + httpsPort + "/c"},
+		{"--http2", "-k", "--resolve", "app.example.test:" + httpsPort + ":127.0.0.1", "-d", strings.Repeat("z", 70000), "https://app.example.test:" + httpsPort + "/c"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, curl, append([]string{"-sS", "-i"}, args...)...).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("curl %v: %v\n%s", args, err, out)
+		}
+		want := "GET /c 0"
+		if slices.Contains(args, "-d") {
+			want = "POST /c 70000"
+		}
+		if !strings.HasPrefix(string(out), "HTTP/2 200") || !strings.HasSuffix(string(out), want) {
+			t.Fatalf("curl %v:\n%s", args[:1], out)
+		}
+	}
 }
