@@ -40,7 +40,8 @@ type Conn struct {
 	br      *bufio.Reader
 	budget  budgetReader
 	fr      *http2.Framer
-	dlSetAt time.Time // when the read deadline was last armed
+	dlSetAt time.Time // when the read deadline was last armed (under mu)
+	dlIdle  bool      // it was armed for an idle connection
 	pingOut bool      // a PING of ours is unanswered
 	resets  bucket
 	junk    bucket
@@ -355,11 +356,18 @@ func (c *Conn) readTimeout() error {
 		return errors.New("h2: read timeout inside a frame")
 	}
 	now := time.Now()
-	switch {
-	case c.slots == 0 && now.Sub(c.lastIdle) >= c.cfg.IdleTimeout:
-		c.goAwayLocked(http2.ErrCodeNo)
-		return io.EOF
-	case c.pingOut:
+	if c.slots == 0 {
+		// Idle: no PING, the idle timeout alone decides.
+		if now.Sub(c.lastIdle) >= c.cfg.IdleTimeout {
+			c.goAwayLocked(http2.ErrCodeNo)
+			return io.EOF
+		}
+		c.pingOut = false
+		c.dlSetAt, c.dlIdle = now, true
+		_ = c.nc.SetReadDeadline(c.lastIdle.Add(c.cfg.IdleTimeout))
+		return nil
+	}
+	if c.pingOut {
 		return errors.New("h2: PING timeout")
 	}
 	c.pingOut = true
@@ -367,18 +375,24 @@ func (c *Conn) readTimeout() error {
 		return err
 	}
 	_ = c.nc.SetReadDeadline(now.Add(c.cfg.PingTimeout))
-	c.dlSetAt = now
+	c.dlSetAt, c.dlIdle = now, false
 	return nil
 }
 
-// armRead renews the read deadline, at most once per second on a busy connection.
+// armRead renews the read deadline: at once when the connection went from idle to busy
+// (or back), else at most once per second. Busy, it is ReadIdleTimeout (then a PING);
+// idle, what is left of IdleTimeout.
 func (c *Conn) armRead(now time.Time) {
-	if c.pingOut || now.Sub(c.dlSetAt) < time.Second {
+	idle := c.slots == 0
+	if c.pingOut && !idle {
+		return // the PING's deadline stands
+	}
+	if c.dlIdle == idle && now.Sub(c.dlSetAt) < time.Second {
 		return
 	}
-	c.dlSetAt = now
+	c.dlSetAt, c.dlIdle = now, idle
 	d := c.cfg.ReadIdleTimeout
-	if c.slots == 0 {
+	if idle {
 		d = min(d, c.cfg.IdleTimeout-now.Sub(c.lastIdle))
 	}
 	_ = c.nc.SetReadDeadline(now.Add(max(d, 0)))

@@ -337,7 +337,15 @@ func (c *Conn) closeStream(st *Stream) {
 func (c *Conn) releaseSlot() {
 	c.slots--
 	if c.slots == 0 {
-		c.lastIdle = time.Now()
-		c.checkDrained()
+		now := time.Now()
+		c.lastIdle = now
+		if c.goingAway {
+			c.checkDrained()
+			return
+		}
+		// The read loop may be blocked with a busy connection's deadline: the idle
+		// timeout starts now.
+		c.dlSetAt, c.dlIdle = now, true
+		_ = c.nc.SetReadDeadline(now.Add(min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout)))
 	}
 }
