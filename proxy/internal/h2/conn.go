@@ -75,7 +75,11 @@ type Conn struct {
 	recvWin                  int32 // connection receive window left to the client
 	recvUnacked              int32 // consumed, not yet given back
 	connStall                *time.Timer
-	writeErr                 error // why the writer failed
+	// wuCredit is how many WINDOW_UPDATE frames the client may send for free: two per
+	// DATA frame sent and per stream opened (capped at wuCreditMax); beyond it they are
+	// charged as frames that do no work, which stops a WINDOW_UPDATE flood.
+	wuCredit int
+	writeErr error // why the writer failed
 
 	ctx        context.Context
 	cancel     context.CancelFunc

@@ -24,5 +24,6 @@
 // receive windows), response buffers (StreamBuffer per stream), queued control frames
 // (MaxQueuedControl), header lists (MaxHeaderBytes, also bounding CONTINUATION
 // sequences), resets sent or received and frames that do no work (token buckets whose
-// exhaustion ends the connection with ENHANCE_YOUR_CALM).
+// exhaustion ends the connection with ENHANCE_YOUR_CALM; WINDOW_UPDATEs are free up to
+// two per DATA frame sent and per stream opened).
 package h2

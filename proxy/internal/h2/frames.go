@@ -103,6 +103,7 @@ func (c *Conn) startStream(st *Stream, h Handler) {
 	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(c.ctx))
 	c.streams[st.id] = st
 	c.slots++
+	c.earnWindowUpdates()
 	c.handlers.Add(1)
 	go st.run(h)
 }
@@ -199,7 +200,17 @@ func (c *Conn) returnConn(n int32) {
 	}
 }
 
+// wuCreditMax caps the WINDOW_UPDATE credit (Conn.wuCredit).
+const wuCreditMax = 1024
+
+func (c *Conn) earnWindowUpdates() { c.wuCredit = min(c.wuCredit+2, wuCreditMax) }
+
 func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	if c.wuCredit > 0 {
+		c.wuCredit--
+	} else if err := c.spendJunk(); err != nil {
+		return err
+	}
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
 		c.sendWin += inc

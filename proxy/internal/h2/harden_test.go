@@ -259,7 +259,8 @@ func TestHPACKBomb(t *testing.T) {
 	}
 }
 
-// TestControlFloods: PING, SETTINGS, PRIORITY and empty DATA floods from a client that
+// TestControlFloods: PING, SETTINGS, PRIORITY, WINDOW_UPDATE (beyond two per DATA frame
+// sent) and empty DATA floods from a client that
 // reads end with GOAWAY(ENHANCE_YOUR_CALM); a PING flood from one that does not read is
 // cut off once MaxQueuedControl acknowledgements wait.
 func TestControlFloods(t *testing.T) {
@@ -269,7 +270,8 @@ func TestControlFloods(t *testing.T) {
 		"priority": func(p *peer, i int) error {
 			return p.fr.WritePriority(uint32(2*i+1), http2.PriorityParam{Weight: 1})
 		},
-		"empty data": func(p *peer, i int) error { return p.fr.WriteData(1, false, nil) },
+		"empty data":    func(p *peer, i int) error { return p.fr.WriteData(1, false, nil) },
+		"window update": func(p *peer, i int) error { return p.fr.WriteWindowUpdate(0, 1) },
 	}
 	for name, send := range floods {
 		t.Run(name, func(t *testing.T) {

@@ -234,6 +234,7 @@ func (c *Conn) take(st *Stream) (more bool) {
 		avail -= int(k)
 		end := st.outEnd && avail == 0 && st.outTrailers == nil
 		c.items = append(c.items, item{kind: itData, id: st.id, data: data, end: end})
+		c.earnWindowUpdates()
 		st.signal() // room in the buffer
 		if end {
 			c.sentEnd(st)
