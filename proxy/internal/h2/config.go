@@ -49,6 +49,9 @@ type Config struct {
 	// JunkBurst and JunkRate bound frames that make no progress (PING, SETTINGS,
 	// PRIORITY, empty DATA, unknown types), likewise (defaults 1000 and 500 per second).
 	JunkBurst, JunkRate int
+	// OnPanic, when set, is told about a handler that panicked (its stream was reset with
+	// INTERNAL_ERROR) instead of the panic going on and ending the process.
+	OnPanic func(v any, stack []byte)
 	// EnableConnectProtocol advertises SETTINGS_ENABLE_CONNECT_PROTOCOL and accepts
 	// extended CONNECT (RFC 8441) requests.
 	EnableConnectProtocol bool

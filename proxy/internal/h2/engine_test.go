@@ -242,3 +242,28 @@ func TestSameAuthority(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerPanic: with OnPanic set, a handler's panic resets its stream and is
+// reported; the connection serves the next request.
+func TestHandlerPanic(t *testing.T) {
+	reported := make(chan any, 1)
+	h := HandlerFunc(func(st *Stream) {
+		if st.Request().Path == "/panic" {
+			panic("boom")
+		}
+		echoHandler(st)
+	})
+	ts := startServer(t, Config{OnPanic: func(v any, _ []byte) { reported <- v }}, h, false)
+	p := newPeer(t, ts)
+	p.get(1, "/panic")
+	if code := p.expectReset(1); code != http2.ErrCodeInternal {
+		t.Fatalf("reset %v, want INTERNAL_ERROR", code)
+	}
+	if v := <-reported; v != "boom" {
+		t.Fatalf("reported %v", v)
+	}
+	p.get(3, "/after")
+	if st := p.expectResponse(3); st != "200" {
+		t.Fatalf("status %s", st)
+	}
+}

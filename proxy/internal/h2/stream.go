@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -106,7 +107,10 @@ func (st *Stream) run(h Handler) {
 		}
 		st.cancel()
 		if p != nil && p != errAbortHandler {
-			panic(fmt.Sprintf("h2: handler panic on stream %d: %v", st.id, p)) // a bug: crash loudly
+			if c.cfg.OnPanic == nil {
+				panic(fmt.Sprintf("h2: handler panic on stream %d: %v", st.id, p))
+			}
+			c.cfg.OnPanic(p, debug.Stack()) // the stream was reset; the connection goes on
 		}
 	}()
 	h.ServeH2(st)
