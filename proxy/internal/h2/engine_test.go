@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // client returns Go's HTTP/2 client for ts (h2c with prior knowledge or TLS).
@@ -265,5 +266,24 @@ func TestHandlerPanic(t *testing.T) {
 	p.get(3, "/after")
 	if st := p.expectResponse(3); st != "200" {
 		t.Fatalf("status %s", st)
+	}
+}
+
+// TestLargeResponseHead: a response head larger than the client's frame size goes out
+// as HEADERS and CONTINUATION frames.
+func TestLargeResponseHead(t *testing.T) {
+	big := strings.Repeat("v", 40000)
+	h := HandlerFunc(func(st *Stream) {
+		_ = st.WriteHead(200, []hpack.HeaderField{{Name: "x-big", Value: big}}, []byte("ok"), true)
+	})
+	ts := startServer(t, Config{}, h, false)
+	res, err := ts.client().Get(ts.url() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.Header.Get("X-Big") != big || string(b) != "ok" {
+		t.Fatalf("header of %d bytes, body %q", len(res.Header.Get("X-Big")), b)
 	}
 }
