@@ -176,6 +176,9 @@ func TestOwnH2WebSocketSurvivesSwaps(t *testing.T) {
 		st := e.stat("ws.example.test")
 		return st.Requests == 1 && st.BytesIn > 6*10 && st.BytesOut > 6*10 && e.totals.Snapshot().WebSockets == 0
 	})
+	if s := e.totals.Snapshot(); s.BytesIn[stats.ProtoHTTP1] != 0 || s.BytesIn[stats.ProtoHTTP2] < 6*10 {
+		t.Errorf("tunnel bytes in the totals: HTTP/1.1 %d, HTTP/2 %d; want them under HTTP/2", s.BytesIn[stats.ProtoHTTP1], s.BytesIn[stats.ProtoHTTP2])
+	}
 }
 
 // TestOwnH2ExtendedConnectOtherwise: extended CONNECT for another protocol and plain

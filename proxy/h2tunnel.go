@@ -66,7 +66,7 @@ func (x *h2Req) tunnel() {
 	x.upgraded = true
 	x.in += x.rq.HeaderBytes
 	s.countUpgrade(e, stats.ProtoHTTP2, x.in, x.out)
-	up, down := s.runTunnel(e, &streamConn{st: st, local: x.f.cc.LocalAddr(), remote: x.f.cc.RemoteAddr()}, u.bc, u.br)
+	up, down := s.runTunnel(e, stats.ProtoHTTP2, &streamConn{st: st, local: x.f.cc.LocalAddr(), remote: x.f.cc.RemoteAddr()}, u.bc, u.br)
 	x.in, x.out = x.in+up, x.out+down
 }
 

@@ -61,7 +61,7 @@ func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *re
 	}
 	rs.upgraded, rs.status = true, http.StatusOK
 	s.countUpgrade(e, stats.ProtoHTTP3, rs.in, rs.out)
-	up, down := s.runTunnel(e, &h3StreamConn{str: str}, u.bc, u.br)
+	up, down := s.runTunnel(e, stats.ProtoHTTP3, &h3StreamConn{str: str}, u.bc, u.br)
 	rs.in, rs.out = rs.in+up, rs.out+down
 }
 

@@ -110,10 +110,10 @@ type tunnelClient interface {
 
 // runTunnel copies bytes both ways between the client's stream and the target until
 // both directions end, each chunk counted into e's route as it passes (so long tunnels
-// land on the right day). The tunnel is tracked like an HTTP/1.1 one (tunnelSet): no
+// land on the right day; the totals under protocol p). The tunnel is tracked like an HTTP/1.1 one (tunnelSet): no
 // route-table swap touches it, Shutdown waits for it and its deadline closes it. It
 // returns the bytes that went up (client to target) and down.
-func (s *Server) runTunnel(e *routetable.Entry, client tunnelClient, bc net.Conn, br io.Reader) (up, down int64) {
+func (s *Server) runTunnel(e *routetable.Entry, p stats.Proto, client tunnelClient, bc net.Conn, br io.Reader) (up, down int64) {
 	t := &tunnel{client: client, backend: bc}
 	if !s.tunnels.add(t) {
 		t.close()
@@ -124,7 +124,7 @@ func (s *Server) runTunnel(e *routetable.Entry, client tunnelClient, bc net.Conn
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var err error
-		up, err = s.pipe(bc, client, e.Stats, true)
+		up, err = s.pipe(bc, client, e.Stats, p, true)
 		if err != nil {
 			t.close()
 		} else {
@@ -132,7 +132,7 @@ func (s *Server) runTunnel(e *routetable.Entry, client tunnelClient, bc net.Conn
 		}
 	})
 	var err error
-	down, err = s.pipe(client, br, e.Stats, false)
+	down, err = s.pipe(client, br, e.Stats, p, false)
 	if err != nil {
 		t.close()
 	} else {
