@@ -70,6 +70,7 @@ func (s *Server) h2Config() h2.Config {
 		StreamWindow:          1 << 20,
 		ConnWindow:            4<<20 - 1,
 		PrefaceTimeout:        s.cfg.ReadHeaderTimeout,
+		HeaderTimeout:         s.cfg.ReadHeaderTimeout,
 		IdleTimeout:           s.cfg.IdleTimeout,
 		ReadIdleTimeout:       30 * time.Second,
 		PingTimeout:           15 * time.Second,

@@ -24,6 +24,10 @@ type Config struct {
 	WriteBufferSize int
 	// PrefaceTimeout bounds receiving the client preface and its SETTINGS (default 10s).
 	PrefaceTimeout time.Duration
+	// HeaderTimeout bounds one header block (HEADERS and its CONTINUATION frames) from
+	// its first byte (default 10s): a head dribbled out a byte or an empty CONTINUATION
+	// at a time ends the connection.
+	HeaderTimeout time.Duration
 	// IdleTimeout closes a connection without streams for this long (default 120s).
 	IdleTimeout time.Duration
 	// ReadIdleTimeout sends a PING when nothing was read for this long; PingTimeout
@@ -83,6 +87,7 @@ func (c *Config) setDefaults() {
 	defInt(&c.StreamBuffer, 64<<10)
 	defInt(&c.WriteBufferSize, defaultWriteBuffer)
 	def(&c.PrefaceTimeout, 10*time.Second)
+	def(&c.HeaderTimeout, 10*time.Second)
 	def(&c.IdleTimeout, 120*time.Second)
 	def(&c.ReadIdleTimeout, 30*time.Second)
 	def(&c.PingTimeout, 15*time.Second)

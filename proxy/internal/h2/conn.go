@@ -115,6 +115,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 
 	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	c.budget.r = c.br
+	c.budget.timeout = c.cfg.HeaderTimeout
 	c.fr = http2.NewFramer(nil, &c.budget)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = c.cfg.MaxHeaderBytes
@@ -340,6 +341,8 @@ func (c *Conn) readErrorLocked(err error) error {
 		return connError{http2.ErrCodeFrameSize, "frame too large"}
 	case errors.Is(err, errFrameBudget):
 		return connError{http2.ErrCodeEnhanceYourCalm, "CONTINUATION flood"}
+	case errors.Is(err, errFrameTooSlow):
+		return connError{http2.ErrCodeEnhanceYourCalm, "header block too slow"}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return c.readTimeout()
 	}

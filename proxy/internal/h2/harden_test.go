@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"runtime"
@@ -217,6 +218,65 @@ func TestContinuationFlood(t *testing.T) {
 			t.Logf("connection ended: %v", err)
 			goroutinesBack(t, base)
 		})
+	}
+}
+
+// TestSlowHeaderBlock: a header block dribbled out (an empty CONTINUATION now and then,
+// each well within the read timeouts) ends the connection after HeaderTimeout, and the
+// stream never reaches a handler.
+func TestSlowHeaderBlock(t *testing.T) {
+	var reached atomic.Int64
+	h := HandlerFunc(func(st *Stream) { reached.Add(1); echoHandler(st) })
+	ts := startServer(t, Config{HeaderTimeout: 300 * time.Millisecond}, h, false)
+	p := newPeer(t, ts)
+	block := p.block([2]string{":method", "GET"}, [2]string{":scheme", "http"}, [2]string{":authority", "a"}, [2]string{":path", "/"})
+	if err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if p.fr.WriteContinuation(1, false, nil) != nil {
+					return
+				}
+			}
+		}
+	}()
+	if code := p.expectGoAway(); code != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", code)
+	}
+	if err := <-ts.served; err == nil || !strings.Contains(err.Error(), "too slow") {
+		t.Fatalf("Serve: %v", err)
+	}
+	if reached.Load() != 0 {
+		t.Fatal("the dribbled request reached the handler")
+	}
+}
+
+// TestSlowDataFrameNotCut: HeaderTimeout is for header blocks only: a DATA frame that
+// arrives slowly (a slow uploader) is served.
+func TestSlowDataFrameNotCut(t *testing.T) {
+	ts := startServer(t, Config{HeaderTimeout: 100 * time.Millisecond}, echoHandler, false)
+	p := newPeer(t, ts)
+	p.headers(1, false, [2]string{":method", "POST"}, [2]string{":scheme", "http"}, [2]string{":authority", "a"}, [2]string{":path", "/"})
+	var frame bytes.Buffer
+	_ = http2.NewFramer(&frame, nil).WriteData(1, true, bytes.Repeat([]byte("d"), 3000))
+	b := frame.Bytes()
+	for i := 0; i < len(b); i += 1000 {
+		if _, err := p.nc.Write(b[i:min(i+1000, len(b))]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(60 * time.Millisecond) // the pace of the upload, 4 pieces: longer than HeaderTimeout
+	}
+	if st := p.expectResponse(1); st != "200" {
+		t.Fatalf("status %s", st)
 	}
 }
 
