@@ -17,7 +17,8 @@ type Config struct {
 	// 1 MiB and 4 MiB): what one stream and the whole connection may have buffered.
 	StreamWindow, ConnWindow int32
 	// StreamBuffer bounds response bytes queued per stream before Stream.Write waits for
-	// the writer (default 64 KiB).
+	// the writer (default 64 KiB); a stream queues no more than its flow-control window
+	// (and the connection's) allows, or 16 KiB when that is less.
 	StreamBuffer int
 	// WriteBufferSize is the connection's write buffer (default 32 KiB), kept while the
 	// connection has streams and returned to a pool when it has none.

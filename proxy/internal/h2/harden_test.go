@@ -393,9 +393,11 @@ func sendUntilGoAway(goaway <-chan http2.ErrCode, send func(i int) error) http2.
 }
 
 // TestZeroWindowStall: a client that never opens a stream's window gets that stream
-// reset after WriteTimeout, and the handler's Write fails instead of waiting forever.
+// reset after WriteTimeout, and the handler's Write fails instead of waiting forever;
+// meanwhile the stream queued no more than a frame's worth.
 func TestZeroWindowStall(t *testing.T) {
 	errs := make(chan error, 1)
+	var queued atomic.Int64
 	h := HandlerFunc(func(st *Stream) {
 		if err := st.WriteHead(200, nil, nil, false); err != nil {
 			errs <- err
@@ -403,7 +405,9 @@ func TestZeroWindowStall(t *testing.T) {
 		}
 		buf := make([]byte, 32<<10)
 		for {
-			if _, err := st.Write(buf); err != nil {
+			n, err := st.Write(buf)
+			queued.Add(int64(n))
+			if err != nil {
 				errs <- err
 				return
 			}
@@ -432,6 +436,9 @@ func TestZeroWindowStall(t *testing.T) {
 	}
 	if err := <-errs; !errors.Is(err, ErrWriteStalled) {
 		t.Fatalf("handler's Write: %v, want ErrWriteStalled", err)
+	}
+	if n := queued.Load(); n > minStreamBuffer {
+		t.Fatalf("%d bytes queued for a stream whose window is shut, want at most %d", n, minStreamBuffer)
 	}
 	// The connection itself is fine.
 	if err := p.fr.WritePing(false, [8]byte{7}); err != nil {

@@ -329,7 +329,11 @@ func (st *Stream) writeLocked(p []byte) (int, error) {
 		if st.reset {
 			return n, st.resetErr
 		}
-		room := c.cfg.StreamBuffer - (len(st.out) - st.outOff)
+		// Queue what the client's window lets out soon, up to StreamBuffer, and at
+		// least a frame's worth: a stream whose client keeps its window shut holds
+		// 16 KiB, not StreamBuffer.
+		limit := min(c.cfg.StreamBuffer, max(int(min(st.sendWin, c.sendWin)), minStreamBuffer))
+		room := limit - (len(st.out) - st.outOff)
 		if room <= 0 {
 			c.makeReady(st)
 			c.mu.Unlock()
@@ -378,6 +382,9 @@ func (st *Stream) Reset(code http2.ErrCode) {
 // Abort resets the stream from inside the handler and ends it (it panics with a value
 // the stream's goroutine recovers).
 func Abort() { panic(errAbortHandler) }
+
+// minStreamBuffer is what a stream may always queue (one DATA frame of the default size).
+const minStreamBuffer = defaultMaxFrame
 
 // serve431 answers a request whose head exceeded MaxHeaderBytes.
 var serve431 = HandlerFunc(func(st *Stream) {
