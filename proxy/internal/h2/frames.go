@@ -149,6 +149,11 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
 		}
 		if st == nil {
+			// Frames in flight when the stream ended are normal; a stream of them is
+			// charged like any frame that does no work.
+			if err := c.spendJunk(); err != nil {
+				return err
+			}
 			return c.queueCtrl(item{kind: itReset, id: id, code: http2.ErrCodeStreamClosed})
 		}
 		if st.reset {
