@@ -16,7 +16,14 @@
 // write, then a few atomic adds into the route's stats.Host and the Totals. No header
 // maps, no goroutine hand-off, no allocation per request (TestH1HotPathAllocs).
 //
-// Everything the fast path does not handle (HTTP/2, HTTP/1.0, upgrades, Expect, chunked
+// HTTP/2 (h2 by ALPN, prior-knowledge h2c) is served by the own engine
+// (proxy/internal/h2) on the same connection goroutine, from [h1Conn.serveH2]
+// (h2serve.go); each stream's hot path starts at [h2Front.ServeH2] (h2forward.go), which
+// translates it into the same lookup, pick, forwarding policy and accounting, without
+// http.Request or ResponseWriter on the client side. With Config.HTTP2Server "std"
+// HTTP/2 goes to net/http instead, as below.
+//
+// Everything the fast path does not handle (HTTP/2 with "std", HTTP/1.0, upgrades, Expect, chunked
 // or large request bodies, anything its strict parser refuses) is handed, connection and
 // already-read bytes together, to net/http, which calls [handler.ServeHTTP] (handler.go)
 // per request: the same lookup and pick, then the forward (forward.go) with one

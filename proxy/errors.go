@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -207,8 +208,9 @@ type fixedAnswer struct {
 // fixedField is one field of a fixed answer; val is a one-element slice, ready for an
 // http.Header without allocating.
 type fixedField struct {
-	name string
-	val  []string
+	name  string
+	lower string // the name as HTTP/2 and HTTP/3 write it
+	val   []string
 }
 
 // fixedAnswers holds the answer of every outcome that has one.
@@ -219,16 +221,19 @@ var fixedAnswers = func() (t [outcomeMisdirected + 1]*fixedAnswer) {
 			continue
 		}
 		text := strconv.Itoa(code) + " " + http.StatusText(code) + "\n"
+		field := func(name, val string) fixedField {
+			return fixedField{name: name, lower: strings.ToLower(name), val: []string{val}}
+		}
 		fa := &fixedAnswer{code: code, body: []byte(text), fields: []fixedField{
-			{"Content-Type", []string{"text/plain; charset=utf-8"}},
-			{"X-Content-Type-Options", []string{"nosniff"}},
-			{"Content-Length", []string{strconv.Itoa(len(text))}},
+			field("Content-Type", "text/plain; charset=utf-8"),
+			field("X-Content-Type-Options", "nosniff"),
+			field("Content-Length", strconv.Itoa(len(text))),
 		}}
 		switch outcome(o) {
 		case outcomeNoTable, outcomeUnavailable:
-			fa.fields = append(fa.fields, fixedField{"Retry-After", []string{"5"}})
+			fa.fields = append(fa.fields, field("Retry-After", "5"))
 		case outcomeMethodNotAllowed:
-			fa.fields = append(fa.fields, fixedField{"Allow", []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"}})
+			fa.fields = append(fa.fields, field("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"))
 		}
 		t[o] = fa
 	}

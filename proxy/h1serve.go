@@ -254,6 +254,9 @@ func (c *h1Conn) run() (handoff bool) {
 			return false
 		}
 		switch p := c.cc.tc.ConnectionState().NegotiatedProtocol; {
+		case p == "h2" && s.ownH2:
+			c.serveH2() // h2serve.go
+			return false
 		case p == "h2":
 			return true
 		case p != "" && p != "http/1.1" && s.extraProto(p):
@@ -297,6 +300,11 @@ func (c *h1Conn) loop() (handoff bool) {
 				// middle of an HTTP/1.1 one, nor TLS that did not negotiate h2.
 				c.refuse(w, outcomeBadRequest, errMalformedHead)
 				putWork(w)
+				return false
+			}
+			if s.ownH2 && bytes.HasPrefix(c.rbuf[c.r:c.w], []byte(h2PrefacePrefix)) {
+				putWork(w)
+				c.serveH2() // prior-knowledge h2c on a fresh plain connection (h2serve.go)
 				return false
 			}
 			if !c.secure && c.w-c.r < len(h2PrefacePrefix) {

@@ -172,6 +172,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		return
 	}
 	if r.Method == http.MethodConnect {
+		if r.ProtoMajor == 3 && r.Proto == "websocket" {
+			s.serveWebSocketH3(w, r, rs) // RFC 9220 (h3tunnel.go)
+			return
+		}
 		s.answer(w, rs, outcomeMethodNotAllowed)
 		return
 	}

@@ -113,6 +113,10 @@ type Config struct {
 	// one (a container's published port, a NAT or load balancer in front): Alt-Svc
 	// announces it for HTTP/3 and redirects to https name it. 0 means the bound port.
 	PublicHTTPSPort int
+	// HTTP2Server chooses the HTTP/2 server for h2 over TLS and prior-knowledge h2c:
+	// HTTP2ServerOwn ("own", proxy/internal/h2 through h2serve.go; "" means it) or
+	// HTTP2ServerStd ("std", net/http's, the reference).
+	HTTP2Server string
 }
 
 const (
@@ -153,6 +157,10 @@ type Server struct {
 	// path hands off (h1serve.go); h1 tracks the connections it serves itself.
 	hoHTTP, hoHTTPS *handoffListener
 	h1              h1Set
+	// ownH2 serves HTTP/2 with proxy/internal/h2 (Config.HTTP2Server); h2 tracks those
+	// connections (h2serve.go).
+	ownH2 bool
+	h2    h2Set
 	// h1Off hands every connection to net/http at once (tests and benchmarks compare
 	// the two paths with it).
 	h1Off bool
@@ -190,6 +198,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("MaxHeaderBytes must not be negative"))
 	}
+	switch cfg.HTTP2Server {
+	case "", HTTP2ServerStd, HTTP2ServerOwn:
+	default:
+		errs = append(errs, errors.New(`HTTP2Server must be "std" or "own"`))
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
 	}
@@ -214,6 +227,7 @@ func New(cfg Config) (*Server, error) {
 		tables:    cfg.Tables,
 		accessLog: cfg.AccessLog,
 		trusted:   cfg.TrustedProxies,
+		ownH2:     cfg.HTTP2Server != HTTP2ServerStd,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -457,6 +471,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	s.tunnels.refuseNew()
 	s.closeTCPListeners() // no new connections; the fast path's loops end
+	s.h2.shutdown()       // GOAWAY on the own HTTP/2 server's connections
 	var wg sync.WaitGroup
 	for _, srv := range []*http.Server{s.httpSrv, s.httpsSrv} {
 		if srv != nil {

@@ -147,7 +147,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var err error
-		up, err = s.pipe(bc, brw.Reader, e.Stats, true)
+		up, err = s.pipe(bc, brw.Reader, e.Stats, stats.ProtoHTTP1, true)
 		if err != nil {
 			t.close()
 		} else {
@@ -155,7 +155,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 		}
 	})
 	var derr error
-	down, derr = s.pipe(cconn, br, e.Stats, false)
+	down, derr = s.pipe(cconn, br, e.Stats, stats.ProtoHTTP1, false)
 	if derr != nil {
 		t.close()
 	} else {
@@ -171,7 +171,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 // pipe copies src to dst, counting each chunk into the route (and the totals when they
 // take bytes alone) as it passes, so long tunnels land on the right day. in says which
 // direction: client to target (true) or target to client.
-func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, in bool) (int64, error) {
+func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, p stats.Proto, in bool) (int64, error) {
 	bp := bufPool.Get().(*[copyBufSize]byte)
 	defer bufPool.Put(bp)
 	buf := bp[:]
@@ -185,10 +185,10 @@ func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, in bool) (int
 				n := int64(nw)
 				if in {
 					h.Bytes(n, 0)
-					s.totals.Bytes(stats.ProtoHTTP1, n, 0)
+					s.totals.Bytes(p, n, 0)
 				} else {
 					h.Bytes(0, n)
-					s.totals.Bytes(stats.ProtoHTTP1, 0, n)
+					s.totals.Bytes(p, 0, n)
 				}
 			}
 			if ew != nil {

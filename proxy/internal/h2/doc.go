@@ -1,0 +1,29 @@
+// Package h2 is the ingress's own HTTP/2 server engine (RFC 9113): it serves one
+// already-accepted connection, TLS after ALPN "h2" or plain with the prior-knowledge
+// preface, and hands each request stream to a Handler. It knows nothing of routes,
+// targets, statistics or listeners; frames and HPACK are coded by
+// golang.org/x/net/http2's Framer and hpack.
+//
+// # Goroutines and the hot path
+//
+// The hot path starts at [Conn.Serve]'s read loop (conn.go): one goroutine per
+// connection reads frames and handles each one inline, under the connection's lock
+// (no channel per frame). A new request stream starts its handler on a goroutine of its
+// own ([Handler.ServeH2]); the handler reads the request body with [Stream.Read] and
+// answers with [Stream.WriteHead], [Stream.Write] and [Stream.Close]. These only queue:
+// one writer goroutine per connection (writer.go) drains the queue of every stream,
+// encodes control frames, HEADERS and DATA into a per-connection buffer and flushes it
+// only when nothing more is queued, so a small response's HEADERS and DATA(END_STREAM)
+// leave in one write and, under load, several responses share one.
+//
+// # Limits
+//
+// Everything a client can make the connection hold is bounded (config.go): streams
+// (MaxConcurrentStreams counts handlers still running, not only open streams, so reset
+// streams do not free their slot before their handler ends), request body buffers (the
+// receive windows), response buffers (StreamBuffer per stream), queued control frames
+// (MaxQueuedControl), header lists (MaxHeaderBytes, also bounding CONTINUATION
+// sequences), resets sent or received and frames that do no work (token buckets whose
+// exhaustion ends the connection with ENHANCE_YOUR_CALM; WINDOW_UPDATEs are free up to
+// two per DATA frame sent and per stream opened).
+package h2

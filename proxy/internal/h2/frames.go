@@ -1,0 +1,367 @@
+package h2
+
+import (
+	"context"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// process handles one frame on the read loop, under c.mu. A non-nil error ends the
+// connection (a connError says with which GOAWAY code).
+func (c *Conn) process(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := c.spendJunk(); err != nil {
+			return err
+		}
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := c.spendJunk(); err != nil {
+			return err
+		}
+		return c.queueCtrl(item{kind: itPingAck, ping: f.Data})
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.PriorityFrame:
+		if err := c.spendJunk(); err != nil {
+			return err
+		}
+		if f.StreamDep == f.StreamID {
+			if st := c.streams[f.StreamID]; st != nil {
+				return c.streamError(st, http2.ErrCodeProtocol)
+			}
+			return c.refuse(f.StreamID, http2.ErrCodeProtocol)
+		}
+		return nil
+	case *http2.GoAwayFrame:
+		return nil // the client closes when it is done
+	case *http2.PushPromiseFrame:
+		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+	}
+	return c.spendJunk() // unknown frame types are ignored (RFC 9113 §5.5)
+}
+
+func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return connError{http2.ErrCodeProtocol, "even stream id"}
+	}
+	if st := c.streams[id]; st != nil {
+		return c.onTrailers(st, f)
+	}
+	if id <= c.maxSeen {
+		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
+	}
+	c.maxSeen = id
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		return c.refuse(id, http2.ErrCodeProtocol)
+	}
+	if c.goingAway {
+		return nil // above the GOAWAY's last stream id: ignored
+	}
+	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
+		return c.refuse(id, http2.ErrCodeRefusedStream)
+	}
+	st := &Stream{c: c, id: id, wake: make(chan struct{}, 1), bodyTimeout: c.cfg.BodyTimeout}
+	st.remoteDone = f.StreamEnded()
+	if f.Truncated {
+		// The head exceeds MaxHeaderBytes: 431, answered by the engine.
+		c.startStream(st, serve431)
+		return nil
+	}
+	if err := parseRequest(f.Fields, c.cfg.EnableConnectProtocol, &st.req); err != nil {
+		return c.refuse(id, http2.ErrCodeProtocol)
+	}
+	st.req.NoBody = st.remoteDone
+	if st.remoteDone && st.req.ContentLength > 0 {
+		return c.refuse(id, http2.ErrCodeProtocol)
+	}
+	st.recvWin = c.cfg.StreamWindow
+	c.startStream(st, c.h)
+	return nil
+}
+
+// startStream opens st and runs h on it.
+func (c *Conn) startStream(st *Stream, h Handler) {
+	st.sendWin = c.peerInitWin
+	// Not a child of the connection's context: registering each stream with it would
+	// take its lock twice per stream. The connection cancels its streams itself (Close
+	// resets every open one; a stream is cancelled when reset and when its handler ends).
+	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(c.ctx))
+	c.streams[st.id] = st
+	c.slots++
+	c.earnWindowUpdates()
+	c.handlers.Add(1)
+	go st.run(h)
+}
+
+func (c *Conn) onTrailers(st *Stream, f *http2.MetaHeadersFrame) error {
+	if st.remoteDone {
+		return c.streamError(st, http2.ErrCodeStreamClosed)
+	}
+	if !f.StreamEnded() || f.Truncated {
+		return c.streamError(st, http2.ErrCodeProtocol)
+	}
+	tr, n, err := parseTrailers(f.Fields)
+	if err != nil {
+		return c.streamError(st, http2.ErrCodeProtocol)
+	}
+	st.trailers, st.trailerBytes = tr, n
+	return c.endRemote(st)
+}
+
+// endRemote records the end of the request body.
+func (c *Conn) endRemote(st *Stream) error {
+	if cl := st.req.ContentLength; cl >= 0 && st.inTotal != cl {
+		return c.streamError(st, http2.ErrCodeProtocol)
+	}
+	st.remoteDone = true
+	st.signal()
+	if st.endSent {
+		c.closeStream(st)
+	}
+	return nil
+}
+
+func (c *Conn) onData(f *http2.DataFrame) error {
+	id, n := f.StreamID, int32(f.Length)
+	if n > c.recvWin {
+		return connError{http2.ErrCodeFlowControl, "connection window exceeded"}
+	}
+	c.recvWin -= n
+	st := c.streams[id]
+	if st == nil || st.remoteDone || st.reset {
+		c.returnConn(n)
+		if st == nil && id > c.maxSeen {
+			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
+		}
+		if st == nil {
+			// Frames in flight when the stream ended are normal; a stream of them is
+			// charged like any frame that does no work.
+			if err := c.spendJunk(); err != nil {
+				return err
+			}
+			return c.queueCtrl(item{kind: itReset, id: id, code: http2.ErrCodeStreamClosed})
+		}
+		if st.reset {
+			return nil // in flight when we reset it
+		}
+		return c.streamError(st, http2.ErrCodeStreamClosed)
+	}
+	if n > st.recvWin {
+		c.returnConn(n)
+		return c.streamError(st, http2.ErrCodeFlowControl)
+	}
+	st.recvWin -= n
+	data := f.Data()
+	if pad := n - int32(len(data)); pad > 0 {
+		st.recvWin += pad // padding is given back at once
+		c.returnConn(pad)
+		if err := c.queueCtrl(item{kind: itWindow, id: id, val: uint32(pad)}); err != nil {
+			return err
+		}
+	}
+	if len(data) == 0 && !f.StreamEnded() {
+		if err := c.spendJunk(); err != nil {
+			return err
+		}
+	}
+	st.inTotal += int64(len(data))
+	if cl := st.req.ContentLength; cl >= 0 && st.inTotal > cl {
+		return c.streamError(st, http2.ErrCodeProtocol)
+	}
+	if len(data) > 0 {
+		st.in = append(st.in, data...)
+		st.signal()
+	}
+	if f.StreamEnded() {
+		return c.endRemote(st)
+	}
+	return nil
+}
+
+// returnConn gives n bytes of the connection's receive window back, in batches.
+func (c *Conn) returnConn(n int32) {
+	c.recvUnacked += n
+	if c.recvUnacked >= c.cfg.ConnWindow/4 {
+		// Best effort: a client that floods us out of control-queue room is cut anyway.
+		if c.queueCtrl(item{kind: itWindow, val: uint32(c.recvUnacked)}) == nil {
+			c.recvWin += c.recvUnacked
+			c.recvUnacked = 0
+		}
+	}
+}
+
+// wuCreditMax caps the WINDOW_UPDATE credit (Conn.wuCredit).
+const wuCreditMax = 1024
+
+func (c *Conn) earnWindowUpdates() { c.wuCredit = min(c.wuCredit+2, wuCreditMax) }
+
+func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	if c.wuCredit > 0 {
+		c.wuCredit--
+	} else if err := c.spendJunk(); err != nil {
+		return err
+	}
+	inc := int64(f.Increment)
+	if f.StreamID == 0 {
+		c.sendWin += inc
+		if c.sendWin > maxWindow {
+			return connError{http2.ErrCodeFlowControl, "connection window overflow"}
+		}
+		if c.sendWin > 0 && len(c.blocked) > 0 {
+			for _, st := range c.blocked {
+				st.blocked = false
+				c.makeReady(st)
+			}
+			clear(c.blocked)
+			c.blocked = c.blocked[:0]
+			if c.connStall != nil {
+				c.connStall.Stop()
+			}
+		}
+		return nil
+	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		if f.StreamID > c.maxSeen {
+			return connError{http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream"}
+		}
+		return nil
+	}
+	st.sendWin += inc
+	if st.sendWin > maxWindow {
+		return c.streamError(st, http2.ErrCodeFlowControl)
+	}
+	if st.parked && st.sendWin > 0 {
+		c.unpark(st)
+	}
+	return nil
+}
+
+func (c *Conn) onSettings(f *http2.SettingsFrame) error {
+	ack := item{kind: itSettingsAck}
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return connError{http2.ErrCode(err.(http2.ConnectionError)), "invalid setting"}
+		}
+		switch s.ID {
+		case http2.SettingHeaderTableSize:
+			ack.tableSize, ack.hasTable = s.Val, true
+		case http2.SettingInitialWindowSize:
+			delta := int64(s.Val) - c.peerInitWin
+			c.peerInitWin = int64(s.Val)
+			for _, st := range c.streams {
+				st.sendWin += delta
+				if st.sendWin > maxWindow {
+					return connError{http2.ErrCodeFlowControl, "stream window overflow"}
+				}
+				if st.parked && st.sendWin > 0 {
+					c.unpark(st)
+				}
+			}
+		case http2.SettingMaxFrameSize:
+			c.peerMaxFrame = s.Val
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.queueCtrl(ack)
+}
+
+func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
+	st := c.streams[f.StreamID]
+	if st == nil {
+		if f.StreamID > c.maxSeen {
+			return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
+		}
+		return nil
+	}
+	if !st.handlerDone {
+		if err := c.spendReset(); err != nil {
+			return err
+		}
+	}
+	st.resetLocked(ErrStreamReset)
+	c.closeStream(st)
+	return nil
+}
+
+// streamError resets st with code (RFC 9113 §5.4.2). Resets of streams whose handler
+// still works are charged: a client must not be able to make us reset streams for
+// free while their work goes on (CVE-2025-8671).
+func (c *Conn) streamError(st *Stream, code http2.ErrCode) error {
+	charge := !st.handlerDone
+	if !st.reset {
+		st.resetLocked(ErrStreamReset)
+		c.closeStream(st)
+	}
+	if err := c.queueCtrl(item{kind: itReset, id: st.id, code: code}); err != nil {
+		return err
+	}
+	if charge {
+		return c.spendReset()
+	}
+	return nil
+}
+
+// refuse resets a stream that never started, and charges it.
+func (c *Conn) refuse(id uint32, code http2.ErrCode) error {
+	if err := c.queueCtrl(item{kind: itReset, id: id, code: code}); err != nil {
+		return err
+	}
+	return c.spendReset()
+}
+
+// closeStream removes st from the open streams; its slot is free once its handler
+// has returned too.
+func (c *Conn) closeStream(st *Stream) {
+	if st.closed {
+		return
+	}
+	st.closed = true
+	delete(c.streams, st.id)
+	if unread := len(st.in) - st.inOff; unread > 0 {
+		// Body bytes nobody will read: their connection window goes back, or a few
+		// such streams would stall every later upload on the connection.
+		c.returnConn(int32(unread))
+		st.in, st.inOff = nil, 0
+	}
+	if st.stall != nil {
+		st.stall.Stop()
+	}
+	if st.handlerDone {
+		c.releaseSlot()
+	}
+}
+
+func (c *Conn) releaseSlot() {
+	c.slots--
+	if c.slots == 0 {
+		now := time.Now()
+		c.lastIdle = now
+		if c.goingAway {
+			c.checkDrained()
+			return
+		}
+		// The read loop may be blocked with a busy connection's deadline: the idle
+		// timeout starts now.
+		c.dlSetAt, c.dlIdle = now, true
+		_ = c.nc.SetReadDeadline(now.Add(min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout)))
+	}
+}
