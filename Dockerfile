@@ -5,10 +5,10 @@
 # short names (podman) build this file as it is. They are not pinned by digest here (this
 # file was written without access to the registries); pin them for reproducible builds:
 #
-#   docker buildx imagetools inspect docker.io/library/golang:1.26-bookworm   # prints the digest
-#   docker build --build-arg GO_IMAGE=docker.io/library/golang:1.26-bookworm@sha256:<digest> \
+#   docker buildx imagetools inspect docker.io/library/golang:1.27-bookworm   # prints the digest
+#   docker build --build-arg GO_IMAGE=docker.io/library/golang:1.27-bookworm@sha256:<digest> \
 #     --build-arg RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot@sha256:<digest> .
-ARG GO_IMAGE=docker.io/library/golang:1.26-bookworm
+ARG GO_IMAGE=docker.io/library/golang:1.27-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 FROM ${GO_IMAGE} AS build

@@ -2,6 +2,8 @@ module github.com/serve-zone/ingress
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/coder/websocket v1.8.15
