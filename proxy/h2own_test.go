@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -17,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -28,18 +25,6 @@ import (
 // PROXY_TEST_HTTP2_SERVER=std.
 
 func withOwnH2(c *Config) { c.HTTP2Server = HTTP2ServerOwn }
-
-// xnetH2c is x/net's HTTP/2 client over prior-knowledge h2c to addr (it speaks
-// extended CONNECT).
-func xnetH2c(addr string) *http2.Transport {
-	return &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", addr)
-		},
-	}
-}
 
 // TestOwnH2Forwards: GET and a streamed upload over h2c and h2 over TLS, trailers from
 // the target, the forwarding fields, the route's counters.
@@ -121,17 +106,8 @@ func TestOwnH2WebSocketSurvivesSwaps(t *testing.T) {
 	other := backend(t, echoInfo())
 	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{be}}})
 
-	pr, pw := io.Pipe()
+	res, pw := extendedConnect(t, e.http, "ws.example.test", "/ws", "websocket", "sec-websocket-version", "13")
 	defer pw.Close()
-	req, _ := http.NewRequest(http.MethodConnect, "http://ws.example.test/ws", pr)
-	req.Header.Set(":protocol", "websocket")
-	req.Header.Set("Sec-WebSocket-Version", "13")
-	tr := xnetH2c(e.http)
-	defer tr.CloseIdleConnections()
-	res, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer res.Body.Close()
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d", res.StatusCode)
@@ -188,8 +164,6 @@ func TestOwnH2ExtendedConnectOtherwise(t *testing.T) {
 	e := newEnv(t, withOwnH2)
 	refuse := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) }))
 	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{refuse}}})
-	tr := xnetH2c(e.http)
-	defer tr.CloseIdleConnections()
 	for _, tc := range []struct {
 		host, proto string
 		want        int
@@ -198,16 +172,9 @@ func TestOwnH2ExtendedConnectOtherwise(t *testing.T) {
 		{"ws.example.test", "webtransport", 405},
 		{"nope.example.test", "websocket", 404},
 	} {
-		req, _ := http.NewRequest(http.MethodConnect, "http://"+tc.host+"/ws", strings.NewReader(""))
-		req.Header.Set(":protocol", tc.proto)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		res, err := tr.RoundTrip(req.WithContext(ctx))
-		if err != nil {
-			cancel()
-			t.Fatalf("%s %s: %v", tc.host, tc.proto, err)
-		}
+		res, w := extendedConnect(t, e.http, tc.host, "/ws", tc.proto)
+		w.Close()
 		res.Body.Close()
-		cancel()
 		if res.StatusCode != tc.want {
 			t.Errorf("%s %s: status %d, want %d", tc.host, tc.proto, res.StatusCode, tc.want)
 		}
@@ -249,16 +216,10 @@ func TestOwnH2ConnectionCounts(t *testing.T) {
 func TestOwnH2WebSocketDrainsOnStop(t *testing.T) {
 	e := newEnv(t, withOwnH2)
 	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{wsEcho(t)}}})
-	pr, pw := io.Pipe()
+	res, pw := extendedConnect(t, e.http, "ws.example.test", "/ws", "websocket", "sec-websocket-version", "13")
 	defer pw.Close()
-	req, _ := http.NewRequest(http.MethodConnect, "http://ws.example.test/ws", pr)
-	req.Header.Set(":protocol", "websocket")
-	req.Header.Set("Sec-WebSocket-Version", "13")
-	tr := xnetH2c(e.http)
-	defer tr.CloseIdleConnections()
-	res, err := tr.RoundTrip(req)
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", res, err)
+	if res.StatusCode != 200 {
+		t.Fatalf("CONNECT: status %d", res.StatusCode)
 	}
 	defer res.Body.Close()
 	if err := wsFrame(pw, 1, []byte("hi")); err != nil {
