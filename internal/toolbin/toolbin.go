@@ -2,9 +2,9 @@
 // the same way for each: through an environment variable naming the file, then PATH, then
 // $GOPATH/bin. .ci/run installs each pinned version and sets its variable.
 //
-// It is test support only: nothing outside tests imports it. Without the binary a test is
-// skipped with the reason and the install line, unless CI is set: then it fails, so that
-// CI cannot pass by skipping.
+// It is test support only: tests and test-support packages (internal/pebbletest) import
+// it, nothing else. Without the binary a test is skipped with the reason and the install
+// line, unless CI is set: then it fails, so that CI cannot pass by skipping.
 package toolbin
 
 import (
