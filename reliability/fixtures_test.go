@@ -1,25 +1,21 @@
 package reliability
 
-// Route tables, backends and clients the tests share.
+// Backends, clients and runs the tests share (route tables and targets come from
+// internal/binarytest).
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/relaysim"
 	"github.com/serve-zone/ingress/routetable"
 )
@@ -36,73 +32,15 @@ func echoBackend(t *testing.T, name string) routetable.Target {
 		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
 	}))
 	t.Cleanup(srv.Close)
-	return targetOf(t, srv.Listener.Addr().String(), "lease-"+name)
-}
-
-func targetOf(t *testing.T, addr, lease string) routetable.Target {
-	t.Helper()
-	host, ps, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := strconv.Atoi(ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return routetable.Target{LeaseID: lease, Address: host, Port: port}
-}
-
-// route is a plain-HTTP route (cert "" ) or a TLS one with certificate id cert.
-func route(hostname, cert string, targets ...routetable.Target) routetable.Route {
-	targets = slices.Clone(targets)
-	slices.SortFunc(targets, func(a, b routetable.Target) int {
-		return cmp.Or(strings.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port))
-	})
-	r := routetable.Route{Hostname: hostname, Targets: targets}
-	if cert != "" {
-		r.TLS = &routetable.RouteTLS{CertificateID: cert}
-	}
-	return r
-}
-
-// tableJSON encodes a table in contract order.
-func tableJSON(t *testing.T, revision int64, certs []routetable.Certificate, routes ...routetable.Route) []byte {
-	t.Helper()
-	routes = slices.Clone(routes)
-	slices.SortFunc(routes, func(a, b routetable.Route) int { return strings.Compare(a.Hostname, b.Hostname) })
-	certs = slices.Clone(certs)
-	slices.SortFunc(certs, func(a, b routetable.Certificate) int { return strings.Compare(a.ID, b.ID) })
-	if routes == nil {
-		routes = []routetable.Route{}
-	}
-	if certs == nil {
-		certs = []routetable.Certificate{}
-	}
-	b, err := json.Marshal(routetable.Table{Revision: revision, Routes: routes, Certificates: certs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// writeRoutes writes a standalone routes file (replaced by a rename, as config managers do).
-func writeRoutes(t *testing.T, path string, data []byte) {
-	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), ".next-"+filepath.Base(path))
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	return binarytest.TargetOf(t, srv.Listener.Addr().String(), "lease-"+name)
 }
 
 // standalone starts the binary serving routes from a file and waits until it is ready.
 func standalone(t *testing.T, table []byte, extra ...string) (*proc, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "routes.json")
-	writeRoutes(t, path, table)
-	p := start(t, nil, baseArgs(append([]string{"--routes", path}, extra...)...)...)
+	binarytest.WriteFileAtomic(t, path, table)
+	p := start(t, nil, binarytest.BaseArgs(append([]string{"--routes", path}, extra...)...)...)
 	waitReady(t, p)
 	return p, path
 }
@@ -124,7 +62,7 @@ func startRelay(t *testing.T) (*relaysim.Server, string) {
 func waitReady(t *testing.T, p *proc) {
 	t.Helper()
 	eventually(t, waitLimit, "/readyz 200", func() (bool, string) {
-		resp, err := adminClient.Get("http://" + p.admin + "/readyz")
+		resp, err := adminClient.Get("http://" + p.Admin + "/readyz")
 		if err != nil {
 			return false, err.Error()
 		}

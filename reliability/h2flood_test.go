@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -122,8 +123,8 @@ func TestH2Floods(t *testing.T) {
 	go func() { _ = bigSrv.Serve(ln) }()
 	t.Cleanup(func() { _ = bigSrv.Close() })
 	certPEM, keyPEM := keyPair(t, secure)
-	p, _ := standalone(t, tableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
-		route(legit, "", backend), route(big, "", targetOf(t, ln.Addr().String(), "lease-big")), route(secure, "c", backend)),
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
+		binarytest.Route(legit, "", false, backend), binarytest.Route(big, "", false, binarytest.TargetOf(t, ln.Addr().String(), "lease-big")), binarytest.Route(secure, "c", false, backend)),
 		"--client-send-timeout", "3s", "--log-level", "info")
 
 	type flood struct {
@@ -206,9 +207,9 @@ func TestH2Floods(t *testing.T) {
 	}
 	for _, f := range floods {
 		t.Run(f.name, func(t *testing.T) {
-			addr := p.http
+			addr := p.HTTP
 			if f.sni != "" {
-				addr = p.https
+				addr = p.HTTPS
 			}
 			var ended int64
 			fig := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/binarytest"
 )
 
 // attackFigures are what one hostile class did to the binary and its legitimate clients.
@@ -32,7 +34,7 @@ func underAttack(t *testing.T, p *proc, legitHost string, dur time.Duration, att
 	var f attackFigures
 	pctx, stopProbe := context.WithCancel(context.Background())
 	defer stopProbe()
-	pr := startProbe(pctx, t, p.http, legitHost)
+	pr := startProbe(pctx, t, p.HTTP, legitHost)
 	samples := func(from time.Time, n int) time.Time {
 		eventually(t, 2*waitLimit, "legitimate requests sampled", func() (bool, string) {
 			w := pr.window(from, time.Now())
@@ -43,7 +45,7 @@ func underAttack(t *testing.T, p *proc, legitHost string, dur time.Duration, att
 	quietFrom := time.Now()
 	quietTo := samples(quietFrom, 300)
 	f.quiet = pr.window(quietFrom, quietTo)
-	f.base = scrape(t, p.admin).usage()
+	f.base = scrape(t, p.Admin).usage()
 
 	actx, stopAttack := context.WithTimeout(context.Background(), dur)
 	defer stopAttack()
@@ -56,7 +58,7 @@ func underAttack(t *testing.T, p *proc, legitHost string, dur time.Duration, att
 		case <-done:
 			sampling = false
 		case <-time.After(200 * time.Millisecond):
-			if m, err := tryScrape(p.admin); err == nil {
+			if m, err := tryScrape(p.Admin); err == nil {
 				u := m.usage()
 				f.peak.goroutines = max(f.peak.goroutines, u.goroutines)
 				f.peak.rss = max(f.peak.rss, u.rss)
@@ -66,7 +68,7 @@ func underAttack(t *testing.T, p *proc, legitHost string, dur time.Duration, att
 	}
 	f.during = pr.window(began.Add(dur/5), time.Now()) // past the attack's ramp-up
 
-	f.settled = settle(t, p.admin, f.base, 10, 16<<20, 4*waitLimit)
+	f.settled = settle(t, p.Admin, f.base, 10, 16<<20, 4*waitLimit)
 	afterFrom := time.Now()
 	f.after = pr.window(afterFrom, samples(afterFrom, 300))
 	stopProbe()
@@ -161,7 +163,7 @@ func TestHostileClients(t *testing.T) {
 	}
 	const legit = "legit.rel.test"
 	backend := echoBackend(t, "legit")
-	p, _ := standalone(t, tableJSON(t, 1, nil, route(legit, "", backend), route("*.wild.rel.test", "", backend)),
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(legit, "", false, backend), binarytest.Route("*.wild.rel.test", "", false, backend)),
 		"--read-header-timeout", "2s", "--client-body-timeout", "2s", "--log-level", "info")
 	const cutBy = 2*time.Second + 3*time.Second // the timeout, and slack for a loaded box
 
@@ -169,7 +171,7 @@ func TestHostileClients(t *testing.T) {
 		var cut int64
 		var longest time.Duration
 		f := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {
-			cut, longest = crowd(ctx, p.http, 2000, func(ctx context.Context, c net.Conn) error {
+			cut, longest = crowd(ctx, p.HTTP, 2000, func(ctx context.Context, c net.Conn) error {
 				return trickle(ctx, c, "GET / HTTP/1.1\r\nHost: legit.rel.test\r\nX-Slow: ", "abcdefgh", 500*time.Millisecond)
 			})
 		})
@@ -184,7 +186,7 @@ func TestHostileClients(t *testing.T) {
 		var longest time.Duration
 		f := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {
 			var i atomic.Int64
-			cut, longest = crowd(ctx, p.http, 2000, func(ctx context.Context, c net.Conn) error {
+			cut, longest = crowd(ctx, p.HTTP, 2000, func(ctx context.Context, c net.Conn) error {
 				size := 100_000 // streams through net/http
 				if i.Add(1)%2 == 0 {
 					size = 4000 // fits the fast path's buffer
@@ -203,7 +205,7 @@ func TestHostileClients(t *testing.T) {
 		var answered, other atomic.Int64
 		big := "GET / HTTP/1.1\r\nHost: legit.rel.test\r\nX-Big: " + strings.Repeat("b", 100<<10) + "\r\n\r\n"
 		f := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {
-			crowd(ctx, p.http, 32, func(ctx context.Context, c net.Conn) error {
+			crowd(ctx, p.HTTP, 32, func(ctx context.Context, c net.Conn) error {
 				_ = c.SetDeadline(time.Now().Add(waitLimit))
 				_, _ = io.WriteString(c, big) // the binary may answer and close before all is sent
 				b := make([]byte, 12)
@@ -222,7 +224,7 @@ func TestHostileClients(t *testing.T) {
 	})
 
 	t.Run("random Host flood", func(t *testing.T) {
-		series := len(scrape(t, p.admin))
+		series := len(scrape(t, p.Admin))
 		var sent atomic.Int64
 		f := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {
 			var wg sync.WaitGroup
@@ -236,7 +238,7 @@ func TestHostileClients(t *testing.T) {
 						if i%2 == 1 {
 							host = fmt.Sprintf("r%d-%d.unknown.rel.test", w, i)
 						}
-						if _, _, err := do(ctx, c, "GET", p.http, host, "/"); err == nil {
+						if _, _, err := do(ctx, c, "GET", p.HTTP, host, "/"); err == nil {
 							sent.Add(1)
 						}
 					}
@@ -244,8 +246,8 @@ func TestHostileClients(t *testing.T) {
 			}
 			wg.Wait()
 		})
-		after := len(scrape(t, p.admin))
-		entries := statEntries(t, p.admin)
+		after := len(scrape(t, p.Admin))
+		entries := statEntries(t, p.Admin)
 		t.Logf("random Host flood: %d requests; metric series %d -> %d; statistics entries %v\n\t%s", sent.Load(), series, after, entries, f)
 		if after > series+20 {
 			t.Errorf("metric series grew from %d to %d with random Hosts", series, after)

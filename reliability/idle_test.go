@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/binarytest"
 )
 
 // idleConns is how many idle keep-alive connections TestIdleKeepAliveMemory holds open.
@@ -89,17 +91,17 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 		t.Fatalf("the descriptor limit is %d; this test needs %d in this process and in the binary (raise the hard limit: ulimit -Hn)", lim, idleConns+1000)
 	}
 	const host = "idle.rel.test"
-	p, _ := standalone(t, tableJSON(t, 1, nil, route(host, "", echoBackend(t, "idle"))))
-	warm := openIdle(t, p.http, host, 100) // the pools and the runtime warmed up
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))))
+	warm := openIdle(t, p.HTTP, host, 100) // the pools and the runtime warmed up
 	closeAll(warm)
 	eventually(t, waitLimit, "warm-up connections closed", func() (bool, string) {
-		n := scrape(t, p.admin).sum("ingress_open_connections")
+		n := scrape(t, p.Admin).sum("ingress_open_connections")
 		return n == 0, fmt.Sprintf("%v open", n)
 	})
-	base := scrape(t, p.admin)
-	conns := openIdle(t, p.http, host, idleConns)
+	base := scrape(t, p.Admin)
+	conns := openIdle(t, p.HTTP, host, idleConns)
 	eventually(t, waitLimit, "every connection idle", func() (bool, string) {
-		m := scrape(t, p.admin)
+		m := scrape(t, p.Admin)
 		return m.sum("ingress_open_connections") == idleConns && m.get("ingress_requests_in_flight") == 0,
 			fmt.Sprintf("%v open", m.sum("ingress_open_connections"))
 	})
@@ -120,9 +122,9 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 	lowest := -1.0
 	eventually(t, 6*waitLimit, "the idle connections' memory under budget", func() (bool, string) {
 		for range 20 {
-			scrape(t, p.admin) // about 100 KB of garbage each
+			scrape(t, p.Admin) // about 100 KB of garbage each
 		}
-		m := scrape(t, p.admin)
+		m := scrape(t, p.Admin)
 		if g := goMem(m); lowest < 0 || g < lowest {
 			lowest, held = g, m
 		}
@@ -143,6 +145,6 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 		t.Fatalf("a request on an idle connection: %v %v", resp, err)
 	}
 	closeAll(conns)
-	after := settle(t, p.admin, base.usage(), 8, 8<<20, 2*waitLimit)
+	after := settle(t, p.Admin, base.usage(), 8, 8<<20, 2*waitLimit)
 	t.Logf("after closing them: %s (baseline %s)", after, base.usage())
 }

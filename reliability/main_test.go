@@ -4,14 +4,17 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/serve-zone/ingress/internal/binarytest"
 )
 
 // long turns on the long soaks (30 s of swaps instead of 10 s, and the like).
 var long = flag.Bool("reliability.long", false, "run the long soaks of the reliability suite")
+
+// ingress is the binary under test. No -race: the proxy's timing under attack is the point.
+var ingress = &binarytest.Binary{Package: binarytest.IngressPackage, Env: []string{"CGO_ENABLED=0"}}
 
 // binary is the ingress built once by TestMain.
 var binary string
@@ -22,22 +25,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "reliability:", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "ingress-reliability")
-	if err != nil {
+	var err error
+	if binary, err = ingress.Build(); err != nil {
 		fmt.Fprintln(os.Stderr, "reliability:", err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "ingress")
-	// No -race: the proxy's timing under attack is the point.
-	build := exec.Command("go", "build", "-o", binary, "github.com/serve-zone/ingress/cmd/ingress")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "reliability: go build: %v\n%s", err, out)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	ingress.Remove()
 	os.Exit(code)
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/register"
 	"github.com/serve-zone/ingress/relaysim"
 )
@@ -31,9 +32,11 @@ func newRelayRig(t *testing.T) *relayRig {
 	backend := echoBackend(t, "relayed")
 	rs, origin := startRelay(t)
 	r := &relayRig{t: t, rs: rs, origin: origin, host: host,
-		table: func(rev int64) []byte { return tableJSON(t, rev, nil, route(host, "", backend)) }}
+		table: func(rev int64) []byte {
+			return binarytest.TableJSON(t, rev, nil, binarytest.Route(host, "", false, backend))
+		}}
 	rs.SetTable(r.table(1), 1)
-	r.p = start(t, relayEnv(testBearer, origin, testNode), baseArgs()...)
+	r.p = start(t, binarytest.RelayEnv(testBearer, origin, testNode), binarytest.BaseArgs()...)
 	r.waitRevision(t, 1, waitLimit)
 	return r
 }
@@ -43,7 +46,7 @@ func (r *relayRig) waitRevision(t *testing.T, rev float64, limit time.Duration) 
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		m, err := tryScrape(r.p.admin)
+		m, err := tryScrape(r.p.Admin)
 		if err == nil && m.get("ingress_route_table_revision") >= rev {
 			return time.Now()
 		}
@@ -86,33 +89,33 @@ func TestRelayFaults(t *testing.T) {
 	r := newRelayRig(t)
 	ctx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
-	l := runLoad(ctx, t, r.p.http, r.host, 2)
-	mustStatus(t, client(t), r.p.http, r.host, "/warm", 200)
-	base := scrape(t, r.p.admin).usage()
+	l := runLoad(ctx, t, r.p.HTTP, r.host, 2)
+	mustStatus(t, client(t), r.p.HTTP, r.host, "/warm", 200)
+	base := scrape(t, r.p.Admin).usage()
 	rev := int64(1)
 	outer := t
 
 	t.Run("refusals honour retryAfterMs", func(t *testing.T) {
 		const retryAfter = 1000 * time.Millisecond // the contract's least
 		before := len(registrations(r.rs))
-		from := r.p.lineCount()
+		from := r.p.LineCount()
 		r.rs.RefuseRegistrations(register.RefusalReasons[0], retryAfter.Milliseconds(), 1)
 		r.rs.CloseSessions()
 		for i, reason := range register.RefusalReasons {
 			// The ingress says it was refused with reason; arm the next refusal before it
 			// may ask again (a second later).
-			line := r.p.waitLineFrom(from, 2*waitLimit, func(m map[string]any) bool {
+			line := r.p.WaitLineFrom(from, 2*waitLimit, func(m map[string]any) bool {
 				return m["msg"] == "registration refused" && m["reason"] == reason
 			})
 			if got := line["retryAfterMs"]; got != float64(retryAfter.Milliseconds()) {
 				t.Errorf("refusal %s logged with retryAfterMs %v", reason, got)
 			}
-			from = r.p.lineCount()
+			from = r.p.LineCount()
 			if i+1 < len(register.RefusalReasons) {
 				r.rs.RefuseRegistrations(register.RefusalReasons[i+1], retryAfter.Milliseconds(), 1)
 			}
 		}
-		r.p.waitLineFrom(from, 2*waitLimit, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
+		r.p.WaitLineFrom(from, 2*waitLimit, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
 		regs := registrations(r.rs)[before:]
 		for i := 1; i < len(regs); i++ {
 			if gap := regs[i].Sub(regs[i-1]); gap < retryAfter {
@@ -120,7 +123,7 @@ func TestRelayFaults(t *testing.T) {
 					i, gap, register.RefusalReasons[i-1], retryAfter)
 			}
 		}
-		m := scrape(t, r.p.admin)
+		m := scrape(t, r.p.Admin)
 		for _, reason := range register.RefusalReasons {
 			if m.sum("ingress_relay_registration_refusals_total", `reason="`+reason+`"`) < 1 {
 				t.Errorf("refusal %s not counted", reason)
@@ -179,7 +182,7 @@ func TestRelayFaults(t *testing.T) {
 			r.rs.CloseSessions()
 			// The faulty session records nothing; the next, sound one registers.
 			if err := r.rs.WaitCalls(ctxFor(t, time.Minute), "registerClusterIngress", regs+1); err != nil {
-				t.Fatalf("%v; stderr:\n%s", err, tail(r.p.stderr()))
+				t.Fatalf("%v; stderr:\n%s", err, binarytest.Tail(r.p.Stderr(), tailLines))
 			}
 			converged := r.waitRevision(t, float64(rev), waitLimit)
 			d := converged.Sub(lastCall(r.rs, "registerClusterIngress"))
@@ -238,7 +241,7 @@ func TestRelayFaults(t *testing.T) {
 	if n, failed := l.wait(); failed > 0 || n == 0 {
 		t.Fatalf("traffic on the applied table during the relay faults: %d requests, %d failed: %v", n, failed, l.firstErr())
 	}
-	after := settle(t, r.p.admin, base, 8, 8<<20, 2*waitLimit)
+	after := settle(t, r.p.Admin, base, 8, 8<<20, 2*waitLimit)
 	t.Logf("goroutines/heap: baseline %s; after the relay faults %s", base, after)
 }
 
@@ -260,7 +263,7 @@ func TestRelaySlowerThanCallTimeout(t *testing.T) {
 	r := newRelayRig(t)
 	ctx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
-	l := runLoad(ctx, t, r.p.http, r.host, 1)
+	l := runLoad(ctx, t, r.p.HTTP, r.host, 1)
 	// The next pull is not answered within the call timeout (not at all: a knob cleared
 	// meanwhile could race the handler); the one after is answered at once.
 	r.rs.DropAnswers("getClusterIngressRouteTable", 1)
@@ -270,7 +273,7 @@ func TestRelaySlowerThanCallTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := r.rs.WaitCalls(ctxFor(t, 45*time.Second), "getClusterIngressRouteTable", pulls+2); err != nil {
-		t.Fatalf("no second attempt after the call timeout: %v; stderr:\n%s", err, tail(r.p.stderr()))
+		t.Fatalf("no second attempt after the call timeout: %v; stderr:\n%s", err, binarytest.Tail(r.p.Stderr(), tailLines))
 	}
 	calls := callsOf(r.rs, "getClusterIngressRouteTable")
 	retried := calls[len(calls)-1].At

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/relaysim"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
@@ -44,7 +45,7 @@ func newGateBackend(t *testing.T) (*gateBackend, routetable.Target) {
 	ln := listen(t)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return g, targetOf(t, ln.Addr().String(), "lease-gate")
+	return g, binarytest.TargetOf(t, ln.Addr().String(), "lease-gate")
 }
 
 // TestSIGTERMUnderLoad: a graceful stop under load fails no request in flight: requests
@@ -54,12 +55,12 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	t.Parallel()
 	gate, gateTg := newGateBackend(t)
 	fast := echoBackend(t, "fast")
-	p, _ := standalone(t, tableJSON(t, 1, nil, route("slow.rel.test", "", gateTg), route("fast.rel.test", "", fast)),
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route("slow.rel.test", "", false, gateTg), binarytest.Route("fast.rel.test", "", false, fast)),
 		"--drain-timeout", "20s")
 
 	ctx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
-	l := runLoadTolerant(ctx, t, p.http, "fast.rel.test", 4)
+	l := runLoadTolerant(ctx, t, p.HTTP, "fast.rel.test", 4)
 	const inFlight = 24
 	type answer struct {
 		code int
@@ -71,7 +72,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		go func() {
 			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
 			defer c.CloseIdleConnections()
-			code, body, err := do(context.Background(), c, http.MethodGet, p.http, "slow.rel.test", fmt.Sprintf("/slow/%d", i))
+			code, body, err := do(context.Background(), c, http.MethodGet, p.HTTP, "slow.rel.test", fmt.Sprintf("/slow/%d", i))
 			answers <- answer{code, body, err}
 		}()
 	}
@@ -79,9 +80,9 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		n := gate.arrived.Load()
 		return n == inFlight, fmt.Sprintf("%d of %d", n, inFlight)
 	})
-	from := p.lineCount()
-	p.signal(syscall.SIGTERM)
-	p.waitLineFrom(from, waitLimit, func(m map[string]any) bool {
+	from := p.LineCount()
+	p.Signal(syscall.SIGTERM)
+	p.WaitLineFrom(from, waitLimit, func(m map[string]any) bool {
 		return strings.HasPrefix(fmt.Sprint(m["msg"]), "stopping")
 	})
 	close(gate.release)
@@ -91,8 +92,8 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 			t.Fatalf("an in-flight request at SIGTERM: %d %q %v, want 200 and its whole body", a.code, a.body, a.err)
 		}
 	}
-	if code := p.wait(waitLimit); code != 0 {
-		t.Fatalf("exit status %d, want 0:\n%s", code, tail(p.stderr()))
+	if code := p.Wait(waitLimit); code != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", code, binarytest.Tail(p.Stderr(), tailLines))
 	}
 	stopLoad()
 	l.wg.Wait()
@@ -153,8 +154,8 @@ func TestKill9AndRestart(t *testing.T) {
 	backend := echoBackend(t, "kept")
 	dir := filepath.Join(t.TempDir(), "state")
 	rs, origin := startRelay(t)
-	rs.SetTable(tableJSON(t, 9, nil, route(host, "", backend)), 9)
-	p := start(t, relayEnv(testBearer, origin, testNode), baseArgs("--state-dir", dir)...)
+	rs.SetTable(binarytest.TableJSON(t, 9, nil, binarytest.Route(host, "", false, backend)), 9)
+	p := start(t, binarytest.RelayEnv(testBearer, origin, testNode), binarytest.BaseArgs("--state-dir", dir)...)
 	waitReady(t, p)
 
 	// Count completed requests over time, long enough for a snapshot to be written while
@@ -171,7 +172,7 @@ func TestKill9AndRestart(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
-				code, _, err := do(ctx, c, http.MethodGet, p.http, host, fmt.Sprintf("/%d/%d", w, i))
+				code, _, err := do(ctx, c, http.MethodGet, p.HTTP, host, fmt.Sprintf("/%d/%d", w, i))
 				if err == nil && code == 200 {
 					mu.Lock()
 					times = append(times, time.Now())
@@ -193,9 +194,9 @@ func TestKill9AndRestart(t *testing.T) {
 		return fi.ModTime().After(started.Add(time.Second)), "snapshot at " + fi.ModTime().Format(time.TimeOnly)
 	})
 	time.Sleep(stats.DefaultSnapshotInterval / 2) // the load runs on meanwhile
-	p.signal(syscall.SIGKILL)
+	p.Signal(syscall.SIGKILL)
 	killedAt := time.Now()
-	p.wait(waitLimit)
+	p.Wait(waitLimit)
 	stopLoad()
 	wg.Wait()
 	mu.Lock()
@@ -216,17 +217,17 @@ func TestKill9AndRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = rs2.Close() })
 	rs2.DropAnswers("registerClusterIngress", -1)
-	p2 := start(t, relayEnv(testBearer, origin, testNode), baseArgs("--state-dir", dir)...)
-	if got := mustStatus(t, client(t), p2.http, host, "/after", 200); got != "kept /after" {
+	p2 := start(t, binarytest.RelayEnv(testBearer, origin, testNode), binarytest.BaseArgs("--state-dir", dir)...)
+	if got := mustStatus(t, client(t), p2.HTTP, host, "/after", 200); got != "kept /after" {
 		t.Fatalf("after the restart: %q, want the last table's target", got)
 	}
 	if err := rs2.WaitCalls(ctxFor(t, waitLimit), "registerClusterIngress", 1); err != nil {
 		t.Fatalf("the restarted ingress did not call the relay: %v", err)
 	}
-	if st := scrape(t, p2.admin).get("ingress_route_table_revision"); st != 9 {
+	if st := scrape(t, p2.Admin).get("ingress_route_table_revision"); st != 9 {
 		t.Fatalf("revision %v after the restart, want 9", st)
 	}
-	kept := requestsToday(t, p2.admin, host) - 1 // minus /after
+	kept := requestsToday(t, p2.Admin, host) - 1 // minus /after
 	t.Logf("kill -9: %d requests before the kill, %d restored, %d had to be", total, kept, mustKeep)
 	if kept < mustKeep || kept > total {
 		t.Fatalf("statistics restored %d requests; %d were served, of which %d more than one persistence interval before the kill",

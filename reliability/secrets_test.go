@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -102,7 +103,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 	backend := echoBackend(t, "secret")
 	goodCerts := []routetable.Certificate{{ID: "cert-1", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}}
-	good := tableJSON(t, 2, goodCerts, route(host, "cert-1", backend))
+	good := binarytest.TableJSON(t, 2, goodCerts, binarytest.Route(host, "cert-1", false, backend))
 
 	rs, origin := startRelay(t)
 	// Registration: refused with the secrets as the reason (known and unknown codes), as
@@ -119,19 +120,19 @@ func TestSecretsNeverLeak(t *testing.T) {
 	rs.SetTable([]byte(bad), 1)
 
 	dir := filepath.Join(t.TempDir(), "state")
-	p := start(t, relayEnv(testBearer, origin, testNode), baseArgs("--state-dir", dir, "--access-log")...)
-	p.waitLine(3*waitLimit, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
-	p.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table pull failed" })
-	p.signal(syscall.SIGHUP) // pull again
-	p.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table refused" })
+	p := start(t, binarytest.RelayEnv(testBearer, origin, testNode), binarytest.BaseArgs("--state-dir", dir, "--access-log")...)
+	p.WaitLine(3*waitLimit, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
+	p.WaitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table pull failed" })
+	p.Signal(syscall.SIGHUP) // pull again
+	p.WaitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table refused" })
 	rs.SetTable(good, 2)
-	p.signal(syscall.SIGHUP) // pull now
-	p.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table applied" })
+	p.Signal(syscall.SIGHUP) // pull now
+	p.WaitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table applied" })
 
 	// Traffic over TLS (the key in use) and a hint the relay echoes the secrets into.
 	c := &http.Client{Timeout: waitLimit, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: host}}}
 	t.Cleanup(c.CloseIdleConnections)
-	resp, err := c.Get("https://" + p.https + "/x")
+	resp, err := c.Get("https://" + p.HTTPS + "/x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs.FailCalls("getClusterIngressRouteTable", echo, nil, 1)
-	p.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table pull failed" })
+	p.WaitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "route table pull failed" })
 	if _, err := rs.QueryStatistics(ctxFor(t, waitLimit), map[string]any{"fromDayUtc": echo}); err == nil {
 		t.Fatal("a statistics query with a secret for a day was answered, want it refused")
 	}
@@ -149,22 +150,22 @@ func TestSecretsNeverLeak(t *testing.T) {
 	for _, path := range []string{"/metrics", "/healthz", "/readyz",
 		stats.HandlerPath + "?fromDayUtc=2026-01-01&toDayUtc=2026-12-31&limit=1000",
 		stats.HandlerPath + "?fromDayUtc=" + testBearer} {
-		admin[path] = adminGet(t, p.admin, path)
+		admin[path] = adminGet(t, p.Admin, path)
 	}
-	p.stop()
+	p.Stop(stopLimit)
 
 	// The relay kills the sessions mid-call, then a restart with the relay gone: the last
 	// table and the statistics come from the state directory.
 	rs.DropAnswers("getClusterIngressRouteTable", -1)
-	p2 := start(t, relayEnv(testBearer, origin, testNode), baseArgs("--state-dir", dir)...)
+	p2 := start(t, binarytest.RelayEnv(testBearer, origin, testNode), binarytest.BaseArgs("--state-dir", dir)...)
 	waitReady(t, p2)
-	p2.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
+	p2.WaitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
 	_ = rs.Kill()
-	p2.waitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "relay connection failed" })
-	admin["/metrics after restart"] = adminGet(t, p2.admin, "/metrics")
-	p2.stop()
+	p2.WaitLine(waitLimit, func(m map[string]any) bool { return m["msg"] == "relay connection failed" })
+	admin["/metrics after restart"] = adminGet(t, p2.Admin, "/metrics")
+	p2.Stop(stopLimit)
 
-	for name, out := range map[string]string{"the first run's output": p.output(), "the restarted run's output": p2.output()} {
+	for name, out := range map[string]string{"the first run's output": p.Output(), "the restarted run's output": p2.Output()} {
 		assertClean(t, name, out, marks)
 	}
 	for path, body := range admin {
@@ -234,7 +235,7 @@ func checkConfigErrors(t *testing.T, keyPEM, strayKey, certPEM string, marks []s
 		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out, code := runBinary(t, nil, baseArgs("--routes", path)...)
+		out, code := runBinary(t, nil, binarytest.BaseArgs("--routes", path)...)
 		if code != 2 {
 			t.Errorf("routes file %d: exit status %d, want 2 (refused):\n%s", i, code, out)
 		}
@@ -245,7 +246,7 @@ func checkConfigErrors(t *testing.T, keyPEM, strayKey, certPEM string, marks []s
 		}
 		assertClean(t, fmt.Sprintf("validate of routes file %d", i), out, marks)
 	}
-	out, code := runBinary(t, relayEnv(testBearer+" with a space", "http://127.0.0.1:9", testNode), baseArgs()...)
+	out, code := runBinary(t, binarytest.RelayEnv(testBearer+" with a space", "http://127.0.0.1:9", testNode), binarytest.BaseArgs()...)
 	if code != 2 {
 		t.Errorf("an invalid bearer: exit status %d, want 2:\n%s", code, out)
 	}

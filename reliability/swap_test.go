@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -35,7 +36,7 @@ func wsEchoBackend(t *testing.T) routetable.Target {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	return targetOf(t, srv.Listener.Addr().String(), "lease-ws")
+	return binarytest.TargetOf(t, srv.Listener.Addr().String(), "lease-ws")
 }
 
 // TestSwapsUnderLoad: route tables swapped every 50 ms (targets of the loaded route
@@ -53,20 +54,20 @@ func TestSwapsUnderLoad(t *testing.T) {
 	ws := wsEchoBackend(t)
 	targetSets := [][]routetable.Target{{b1}, {b1, b2}, {b2}}
 	table := func(rev int64) []byte {
-		routes := []routetable.Route{route(host, "", targetSets[rev%3]...), route(wsHost, "", ws)}
+		routes := []routetable.Route{binarytest.Route(host, "", false, targetSets[rev%3]...), binarytest.Route(wsHost, "", false, ws)}
 		for i := range rev % 5 {
-			routes = append(routes, route(fmt.Sprintf("extra%d.rel.test", i), "", b1))
+			routes = append(routes, binarytest.Route(fmt.Sprintf("extra%d.rel.test", i), "", false, b1))
 		}
-		return tableJSON(t, rev, nil, routes...)
+		return binarytest.TableJSON(t, rev, nil, routes...)
 	}
 	rs, origin := startRelay(t)
 	rs.SetTable(table(1), 1)
-	p := start(t, relayEnv(testBearer, origin, testNode), baseArgs()...)
+	p := start(t, binarytest.RelayEnv(testBearer, origin, testNode), binarytest.BaseArgs()...)
 	waitReady(t, p)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	l := runLoad(ctx, t, p.http, host, 4)
+	l := runLoad(ctx, t, p.HTTP, host, 4)
 
 	const sockets = 20
 	var (
@@ -76,7 +77,7 @@ func TestSwapsUnderLoad(t *testing.T) {
 	)
 	for i := range sockets {
 		dctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		c, _, err := websocket.Dial(dctx, "ws://"+p.http+"/ws", &websocket.DialOptions{Host: wsHost})
+		c, _, err := websocket.Dial(dctx, "ws://"+p.HTTP+"/ws", &websocket.DialOptions{Host: wsHost})
 		cancel()
 		if err != nil {
 			t.Fatalf("WebSocket %d: %v", i, err)
@@ -112,7 +113,7 @@ func TestSwapsUnderLoad(t *testing.T) {
 		}()
 	}
 
-	applies0 := scrape(t, p.admin).get("ingress_route_table_applies_total")
+	applies0 := scrape(t, p.Admin).get("ingress_route_table_applies_total")
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	end := time.After(duration)
@@ -131,7 +132,7 @@ swapping:
 		}
 	}
 	eventually(t, waitLimit, "the last table applied", func() (bool, string) {
-		got := scrape(t, p.admin).get("ingress_route_table_revision")
+		got := scrape(t, p.Admin).get("ingress_route_table_revision")
 		return got == float64(rev), fmt.Sprintf("revision %v, want %d", got, rev)
 	})
 	stop()
@@ -141,7 +142,7 @@ swapping:
 		t.Error(err)
 	}
 	n, failed := l.wait()
-	applies := scrape(t, p.admin).get("ingress_route_table_applies_total") - applies0
+	applies := scrape(t, p.Admin).get("ingress_route_table_applies_total") - applies0
 	t.Logf("%d swaps in %s (%v applied), %d requests (%d failed), %d WebSocket round trips on %d sockets",
 		rev-1, duration, applies, n, failed, exchanged.Load(), sockets)
 	if failed > 0 || n == 0 {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -68,7 +69,7 @@ func newFaultTarget(t *testing.T, b behaviour) (*faultTarget, routetable.Target)
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); ft.wg.Wait() })
-	return ft, targetOf(t, ln.Addr().String(), "lease-fault")
+	return ft, binarytest.TargetOf(t, ln.Addr().String(), "lease-fault")
 }
 
 func (ft *faultTarget) write(c net.Conn, s string) error {
@@ -171,7 +172,7 @@ func TestTargetFaults(t *testing.T) {
 				c := client(t)
 				for i := range 3 {
 					path := fmt.Sprintf("/twice-%d", i)
-					if got := mustStatus(t, c, p.http, host, path, 200); got != "answer "+path {
+					if got := mustStatus(t, c, p.HTTP, host, path, 200); got != "answer "+path {
 						t.Fatalf("request %d got %q, want %q (a target's extra answer reached another request)", i, got, "answer "+path)
 					}
 				}
@@ -195,7 +196,7 @@ func TestTargetFaults(t *testing.T) {
 	for i, f := range faults {
 		ft, tg := newFaultTarget(t, f.b)
 		targets[i] = ft
-		routes = append(routes, route(fmt.Sprintf("fault%d.rel.test", i), "", tg))
+		routes = append(routes, binarytest.Route(fmt.Sprintf("fault%d.rel.test", i), "", false, tg))
 	}
 	gigaTarget, gigaTg := newFaultTarget(t, func(c *net.TCPConn, _ *bufio.Reader, _ *http.Request, ft *faultTarget) bool {
 		if ft.write(c, "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n") != nil {
@@ -209,20 +210,20 @@ func TestTargetFaults(t *testing.T) {
 		}
 		return true
 	})
-	routes = append(routes, route("giga.rel.test", "", gigaTg), route(healthy, "", good))
+	routes = append(routes, binarytest.Route("giga.rel.test", "", false, gigaTg), binarytest.Route(healthy, "", false, good))
 
-	p, _ := standalone(t, tableJSON(t, 1, nil, routes...), "--response-header-timeout", "1s")
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, routes...), "--response-header-timeout", "1s")
 
 	// The healthy route is loaded for the whole test: not one of its requests may fail.
 	ctx, stopLoad := context.WithCancel(context.Background())
-	load := runLoad(ctx, t, p.http, healthy, 4)
-	mustStatus(t, client(t), p.http, healthy, "/warm", 200)
-	base := scrape(t, p.admin).usage()
+	load := runLoad(ctx, t, p.HTTP, healthy, 4)
+	mustStatus(t, client(t), p.HTTP, healthy, "/warm", 200)
+	base := scrape(t, p.Admin).usage()
 
 	for i, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
 			host := routes[i].Hostname
-			before := scrape(t, p.admin).failures()
+			before := scrape(t, p.Admin).failures()
 			f.check(t, p, host)
 			want := map[string]float64{}
 			if f.kind != "" {
@@ -239,8 +240,8 @@ func TestTargetFaults(t *testing.T) {
 	}
 
 	t.Run("1 GiB to a client that leaves", func(t *testing.T) {
-		before := scrape(t, p.admin).failures()
-		c, err := net.Dial("tcp", p.http)
+		before := scrape(t, p.Admin).failures()
+		c, err := net.Dial("tcp", p.HTTP)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +264,7 @@ func TestTargetFaults(t *testing.T) {
 	if n, failed := load.wait(); failed > 0 || n == 0 {
 		t.Fatalf("healthy route during the faults: %d requests, %d failed: %v", n, failed, load.firstErr())
 	}
-	after := settle(t, p.admin, base, 8, 8<<20, waitLimit)
+	after := settle(t, p.Admin, base, 8, 8<<20, waitLimit)
 	t.Logf("goroutines/heap: baseline %s; after the faults %s", base, after)
 }
 
@@ -271,7 +272,7 @@ func TestTargetFaults(t *testing.T) {
 func expectStatus(t *testing.T, p *proc, host string, want int) {
 	t.Helper()
 	c := client(t)
-	code, body, err := do(context.Background(), c, http.MethodGet, p.http, host, "/fault")
+	code, body, err := do(context.Background(), c, http.MethodGet, p.HTTP, host, "/fault")
 	if err != nil {
 		t.Fatalf("GET: %v", err)
 	}
@@ -285,7 +286,7 @@ func expectStatus(t *testing.T, p *proc, host string, want int) {
 func expectCut(t *testing.T, p *proc, host string, status int) {
 	t.Helper()
 	c := client(t)
-	code, body, err := do(context.Background(), c, http.MethodGet, p.http, host, "/fault")
+	code, body, err := do(context.Background(), c, http.MethodGet, p.HTTP, host, "/fault")
 	if code != 0 && code != status {
 		t.Fatalf("GET = %d, want %d then a cut body", code, status)
 	}
@@ -298,7 +299,7 @@ func expectCut(t *testing.T, p *proc, host string, status int) {
 // no body and the GET gets its own answer.
 func expectHeadThenGet(t *testing.T, p *proc, host string) {
 	t.Helper()
-	c, err := net.Dial("tcp", p.http)
+	c, err := net.Dial("tcp", p.HTTP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func expectHeadThenGet(t *testing.T, p *proc, host string) {
 		t.Fatalf("GET after HEAD = %d %q %v, want 200 \"answer /after-head\"", resp.StatusCode, b, err)
 	}
 	// And the target connection the HEAD left dirty is not reused for another client.
-	if got := mustStatus(t, client(t), p.http, host, "/third", 200); got != "answer /third" {
+	if got := mustStatus(t, client(t), p.HTTP, host, "/third", 200); got != "answer /third" {
 		t.Fatalf("a later request got %q, want \"answer /third\"", got)
 	}
 }
@@ -330,7 +331,7 @@ func expectHeadThenGet(t *testing.T, p *proc, host string) {
 func expectFailures(t *testing.T, p *proc, before, want map[string]float64) {
 	t.Helper()
 	diff := func() map[string]float64 {
-		now := scrape(t, p.admin).failures()
+		now := scrape(t, p.Admin).failures()
 		d := map[string]float64{}
 		for k, v := range now {
 			if v != before[k] {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/internal/pebbletest"
 	"github.com/serve-zone/ingress/internal/testcert"
 	"github.com/serve-zone/ingress/internal/testwait"
@@ -23,7 +24,7 @@ import (
 
 // acmeRoute is a route whose certificate the ingress obtains itself.
 func acmeRoute(hostname string, redirect bool, targets ...routetable.Target) routetable.Route {
-	r := route(hostname, "", false, targets...)
+	r := binarytest.Route(hostname, "", false, targets...)
 	r.TLS = &routetable.RouteTLS{ACME: true, RedirectHTTP: redirect}
 	return r
 }
@@ -45,11 +46,11 @@ func readyz(t *testing.T, admin string) (int, string) {
 func TestACMENeedsStateDir(t *testing.T) {
 	_, target := echoBackend(t, "backend", 0)
 	file := filepath.Join(t.TempDir(), "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, nil, acmeRoute("auto.example.test", true, target)), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, nil, acmeRoute("auto.example.test", true, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	code := realMain(append(baseArgs("--routes", file), "--admin-addr", ""), io.Discard, &stderr, func(string) (string, bool) { return "", false })
+	code := realMain(append(binarytest.BaseArgs("--routes", file), "--admin-addr", ""), io.Discard, &stderr, func(string) (string, bool) { return "", false })
 	if code != exitConfig {
 		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, stderr.String())
 	}
@@ -63,7 +64,7 @@ func TestACMENeedsStateDir(t *testing.T) {
 // TestACMEFlagsRefused: bad --acme-* values are refused with exit status 2, each named.
 func TestACMEFlagsRefused(t *testing.T) {
 	var stderr bytes.Buffer
-	code := realMain(append(baseArgs("--routes", "/nonexistent/routes.json"),
+	code := realMain(append(binarytest.BaseArgs("--routes", "/nonexistent/routes.json"),
 		"--acme-ca", "http://ca.example.test/dir", "--acme-challenges", "dns-01", "--acme-ca-root", "/nonexistent/root.pem"),
 		io.Discard, &stderr, func(string) (string, bool) { return "", false })
 	if code != exitConfig {
@@ -90,44 +91,44 @@ func TestE2EACMEUnreachableCA(t *testing.T) {
 	certs := []routetable.Certificate{{ID: "cert-1", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, certs,
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, certs,
 		acmeRoute("auto.example.test", false, target),
-		route("plain.example.test", "", false, target),
-		route("table.example.test", "cert-1", false, target)), 0o600); err != nil {
+		binarytest.Route("plain.example.test", "", false, target),
+		binarytest.Route("table.example.test", "cert-1", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startIngress(t, nil, baseArgs("--routes", file, "--state-dir", filepath.Join(dir, "state"),
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", file, "--state-dir", filepath.Join(dir, "state"),
 		"--acme-ca", "https://127.0.0.1:"+deadPort(t)+"/dir", "--acme-agree")...)
-	line := p.waitLine(e2eWait, func(m map[string]any) bool {
+	line := p.WaitLine(e2eWait, func(m map[string]any) bool {
 		return m["msg"] == "acme: certificate not obtained; certmagic retries with backoff"
 	})
 	if line["hostname"] != "auto.example.test" || line["kind"] != "ca_unreachable" {
 		t.Errorf("failure line %v, want hostname auto.example.test and kind ca_unreachable", line)
 	}
-	code, body := readyz(t, p.adminAddr)
+	code, body := readyz(t, p.Admin)
 	if code != http.StatusOK || !strings.Contains(body, "acme: 1 hostname(s), 0 with a valid certificate") ||
 		!strings.Contains(body, "acme: auto.example.test: no certificate yet") || !strings.Contains(body, "ca_unreachable") {
 		t.Errorf("/readyz = %d %q, want 200 explaining the ACME route", code, body)
 	}
 	c := httpClient(t)
-	mustGet(t, c, p.httpAddr, "plain.example.test", "/", 200)
-	mustGet(t, c, p.httpAddr, "auto.example.test", "/", 200) // redirectHttp false
-	if st, _ := httpsGet(t, p.httpsAddr, "table.example.test"); st != 200 {
+	mustGet(t, c, p.HTTP, "plain.example.test", "/", 200)
+	mustGet(t, c, p.HTTP, "auto.example.test", "/", 200) // redirectHttp false
+	if st, _ := httpsGet(t, p.HTTPS, "table.example.test"); st != 200 {
 		t.Errorf("the table's certificate route answered %d", st)
 	}
-	if c, err := tls.Dial("tcp", p.httpsAddr, &tls.Config{ServerName: "auto.example.test", InsecureSkipVerify: true}); err == nil {
+	if c, err := tls.Dial("tcp", p.HTTPS, &tls.Config{ServerName: "auto.example.test", InsecureSkipVerify: true}); err == nil {
 		c.Close()
 		t.Error("a TLS handshake for the ACME route without a certificate succeeded")
 	} else if !strings.Contains(err.Error(), "unrecognized name") {
 		t.Errorf("handshake: %v, want unrecognized_name", err)
 	}
-	m := mustGet(t, c, p.adminAddr, "", "/metrics", 200).body
+	m := mustGet(t, c, p.Admin, "", "/metrics", 200).body
 	for _, want := range []string{`ingress_acme_failures_total{kind="ca_unreachable"} 1`, `ingress_acme_certificates{state="missing"} 1`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 }
 
 // TestE2EACMEEditWithoutStateDir: without --state-dir, an edit of the routes file that adds
@@ -137,20 +138,20 @@ func TestE2EACMEEditWithoutStateDir(t *testing.T) {
 	t.Parallel()
 	_, target := echoBackend(t, "backend", 0)
 	file := filepath.Join(t.TempDir(), "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, nil, route("plain.example.test", "", false, target)), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, nil, binarytest.Route("plain.example.test", "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startIngress(t, nil, baseArgs("--routes", file)...)
-	writeFileAtomic(t, file, tableJSON(t, 2, nil, route("plain.example.test", "", false, target), acmeRoute("auto.example.test", true, target)))
-	line := p.waitLine(e2eWait, func(m map[string]any) bool {
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", file)...)
+	binarytest.WriteFileAtomic(t, file, binarytest.TableJSON(t, 2, nil, binarytest.Route("plain.example.test", "", false, target), acmeRoute("auto.example.test", true, target)))
+	line := p.WaitLine(e2eWait, func(m map[string]any) bool {
 		v, _ := m["violation"].(string)
 		return m["msg"] == "route table violation" && strings.Contains(v, "automatic HTTPS needs --state-dir")
 	})
 	_ = line
 	c := httpClient(t)
-	mustGet(t, c, p.httpAddr, "plain.example.test", "/", 200)
-	mustGet(t, c, p.httpAddr, "auto.example.test", "/", 404)
-	p.stop(e2eWait)
+	mustGet(t, c, p.HTTP, "plain.example.test", "/", 200)
+	mustGet(t, c, p.HTTP, "auto.example.test", "/", 404)
+	p.Stop(e2eWait)
 }
 
 // TestACMEPebbleThroughFlags runs an ingress in this process, configured by the command
@@ -165,12 +166,12 @@ func TestACMEPebbleThroughFlags(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "routes.json")
 	const host = "auto.example.test"
-	if err := os.WriteFile(file, tableJSON(t, 1, nil, acmeRoute(host, true, target)), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, nil, acmeRoute(host, true, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o := defaultOptions()
 	fs := o.flagSet("ingress", io.Discard)
-	if err := parseFlags(fs, "", baseArgs("--routes", file, "--state-dir", filepath.Join(dir, "state"),
+	if err := parseFlags(fs, "", binarytest.BaseArgs("--routes", file, "--state-dir", filepath.Join(dir, "state"),
 		"--acme-ca", peb.Directory, "--acme-ca-root", peb.ListenerRootsFile, "--acme-agree",
 		"--acme-email", "ops@example.test"), nil); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -29,20 +30,20 @@ func TestE2EDemoStopsOnOneCtrlC(t *testing.T) {
 	buildBinary(t)
 	t.Parallel()
 	p := startIngress(t, nil, append([]string{"demo"}, loopbackArgs...)...)
-	waitStatus(t, httpClient(t), p.adminAddr, "", "/readyz", http.StatusOK)
+	waitStatus(t, httpClient(t), p.Admin, "", "/readyz", http.StatusOK)
 
-	p.signal(syscall.SIGHUP)
-	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: pulling the route table from the relay" })
-	p.waitLine(e2eWait, func(m map[string]any) bool {
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: pulling the route table from the relay" })
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
 		return m["msg"] == "route table not newer; ignored" && m["reason"] == "requested"
 	})
-	mustGet(t, httpClient(t), p.httpAddr, demoApp, "/", http.StatusOK) // still serving
+	mustGet(t, httpClient(t), p.HTTP, demoApp, "/", http.StatusOK) // still serving
 
-	p.signal(syscall.SIGINT)
-	if code := p.wait(e2eWait); code != 0 {
-		t.Fatalf("exit status %d after one SIGINT, want 0; stderr:\n%s", code, p.stderr())
+	p.Signal(syscall.SIGINT)
+	if code := p.Wait(e2eWait); code != 0 {
+		t.Fatalf("exit status %d after one SIGINT, want 0; stderr:\n%s", code, p.Stderr())
 	}
-	p.waitLine(0, func(m map[string]any) bool { return m["msg"] == "stopped" })
+	p.WaitLine(0, func(m map[string]any) bool { return m["msg"] == "stopped" })
 }
 
 // TestE2ESIGHUPInRelayModePulls: SIGHUP in relay mode logs and pulls the route table at
@@ -52,29 +53,29 @@ func TestE2ESIGHUPInRelayModePulls(t *testing.T) {
 	t.Parallel()
 	_, target := echoBackend(t, "backend", 0)
 	rs, origin := startRelay(t, "127.0.0.1:0")
-	rs.SetTable(tableJSON(t, 1, nil, route("one.example.test", "", false, target)), 1)
-	p := startIngress(t, relayEnv(e2eBearer, origin, e2eNode), baseArgs("--state-dir", t.TempDir())...)
+	rs.SetTable(binarytest.TableJSON(t, 1, nil, binarytest.Route("one.example.test", "", false, target)), 1)
+	p := startIngress(t, binarytest.RelayEnv(e2eBearer, origin, e2eNode), binarytest.BaseArgs("--state-dir", t.TempDir())...)
 	c := httpClient(t)
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
 
-	rs.SetTable(tableJSON(t, 2, nil, route("one.example.test", "", false, target), route("two.example.test", "", false, target)), 2)
-	mustGet(t, c, p.httpAddr, "two.example.test", "/", http.StatusNotFound) // no hint: not pulled yet
-	p.signal(syscall.SIGHUP)
-	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: pulling the route table from the relay" })
-	waitStatus(t, c, p.httpAddr, "two.example.test", "/", http.StatusOK)
+	rs.SetTable(binarytest.TableJSON(t, 2, nil, binarytest.Route("one.example.test", "", false, target), binarytest.Route("two.example.test", "", false, target)), 2)
+	mustGet(t, c, p.HTTP, "two.example.test", "/", http.StatusNotFound) // no hint: not pulled yet
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: pulling the route table from the relay" })
+	waitStatus(t, c, p.HTTP, "two.example.test", "/", http.StatusOK)
 
-	p.signal(syscall.SIGHUP) // again: nothing newer, nothing happens, still running
-	p.waitLine(e2eWait, func(m map[string]any) bool {
+	p.Signal(syscall.SIGHUP) // again: nothing newer, nothing happens, still running
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
 		return m["msg"] == "route table not newer; ignored" && m["reason"] == "requested"
 	})
-	mustGet(t, c, p.httpAddr, "one.example.test", "/", http.StatusOK)
-	p.stop(e2eWait)
-	p.assertNoSecret(e2eBearer)
+	mustGet(t, c, p.HTTP, "one.example.test", "/", http.StatusOK)
+	p.Stop(e2eWait)
+	p.AssertNoSecret(e2eBearer)
 }
 
 // appliedOrStarted reports whether the ingress got as far as applying a table or serving.
 func appliedOrStarted(p *ingressProc) bool {
-	out := p.stderr()
+	out := p.Stderr()
 	return strings.Contains(out, "route table applied") || strings.Contains(out, "ingress started")
 }
 
@@ -96,7 +97,7 @@ func TestE2EStateDirRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	routes := filepath.Join(base, "routes.json")
-	if err := os.WriteFile(routes, tableJSON(t, 1, nil, route("app.example.test", "", false, target)), 0o644); err != nil {
+	if err := os.WriteFile(routes, binarytest.TableJSON(t, 1, nil, binarytest.Route("app.example.test", "", false, target)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(base, "a-file")
@@ -125,8 +126,8 @@ func TestE2EStateDirRefused(t *testing.T) {
 	bin := buildBinary(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &ingressProc{t: t}
-			args := baseArgs("--routes", routes, "--state-dir", tc.dir)
+			var p *ingressProc
+			args := binarytest.BaseArgs("--routes", routes, "--state-dir", tc.dir)
 			if tc.asUser {
 				if os.Geteuid() == 0 {
 					// Run as the image's user: a copy of the binary it can execute.
@@ -145,16 +146,16 @@ func TestE2EStateDirRefused(t *testing.T) {
 			} else {
 				p = execIngress(t, nil, args...)
 			}
-			if code := p.wait(e2eWait); code != exitConfig {
-				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.stderr())
+			if code := p.Wait(e2eWait); code != exitConfig {
+				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.Stderr())
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(p.stderr(), w) {
-					t.Errorf("stderr lacks %q:\n%s", w, p.stderr())
+				if !strings.Contains(p.Stderr(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, p.Stderr())
 				}
 			}
 			if appliedOrStarted(p) {
-				t.Errorf("a table was applied or the ingress started:\n%s", p.stderr())
+				t.Errorf("a table was applied or the ingress started:\n%s", p.Stderr())
 			}
 		})
 	}
@@ -179,7 +180,7 @@ func runCommand(t *testing.T, cmd *exec.Cmd) *ingressProc {
 	if cmd.Env == nil {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	}
-	return startCollecting(t, cmd)
+	return binarytest.Collect(t, cmd)
 }
 
 // TestE2EListenerCannotBind: a listener whose address is taken stops the ingress with exit
@@ -189,7 +190,7 @@ func TestE2EListenerCannotBind(t *testing.T) {
 	t.Parallel()
 	target := routetable.Target{LeaseID: "lease-1", Address: "127.0.0.1", Port: 8080}
 	routes := filepath.Join(t.TempDir(), "routes.json")
-	if err := os.WriteFile(routes, tableJSON(t, 1, nil, route("app.example.test", "", false, target)), 0o600); err != nil {
+	if err := os.WriteFile(routes, binarytest.TableJSON(t, 1, nil, binarytest.Route("app.example.test", "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -226,11 +227,11 @@ func TestE2EListenerCannotBind(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := execIngress(t, nil, append(baseArgs("--routes", routes), tc.args...)...)
-			if code := p.wait(e2eWait); code != exitConfig {
-				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.stderr())
+			p := execIngress(t, nil, append(binarytest.BaseArgs("--routes", routes), tc.args...)...)
+			if code := p.Wait(e2eWait); code != exitConfig {
+				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.Stderr())
 			}
-			out := p.stderr()
+			out := p.Stderr()
 			for _, w := range []string{tc.want, "address already in use"} {
 				if !strings.Contains(out, w) {
 					t.Errorf("stderr lacks %q:\n%s", w, out)
@@ -256,17 +257,17 @@ func TestE2EPublicHTTPSPort(t *testing.T) {
 	certPEM, keyPEM := generatePair(t, host)
 	certs := []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}}
 	file := filepath.Join(t.TempDir(), "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, certs, route(host, "c", true, target)), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, certs, binarytest.Route(host, "c", true, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startIngress(t, nil, append(baseArgs("--routes", file), "--http3=true", "--public-https-port", "18444")...)
+	p := startIngress(t, nil, append(binarytest.BaseArgs("--routes", file), "--http3=true", "--public-https-port", "18444")...)
 	c := httpClient(t)
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
-	r := mustGet(t, c, p.httpAddr, host, "/x?y=1", http.StatusPermanentRedirect)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
+	r := mustGet(t, c, p.HTTP, host, "/x?y=1", http.StatusPermanentRedirect)
 	if got, want := r.header.Get("Location"), "https://"+host+":18444/x?y=1"; got != want {
 		t.Fatalf("Location %q, want %q", got, want)
 	}
-	req, _ := http.NewRequest(http.MethodGet, "https://"+p.httpsAddr+"/", nil)
+	req, _ := http.NewRequest(http.MethodGet, "https://"+p.HTTPS+"/", nil)
 	req.Host = host
 	tr := &http.Transport{TLSClientConfig: tlsConfigFor(host)}
 	defer tr.CloseIdleConnections()
@@ -278,7 +279,7 @@ func TestE2EPublicHTTPSPort(t *testing.T) {
 	if got, want := resp.Header.Get("Alt-Svc"), `h3=":18444"; ma=86400`; got != want {
 		t.Fatalf("Alt-Svc %q, want %q", got, want)
 	}
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 }
 
 // assertContainsAll fails for each of wants that out lacks.

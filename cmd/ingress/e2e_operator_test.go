@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/internal/testcert"
 	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
@@ -149,12 +150,12 @@ func TestBinaryEnvironmentFlags(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	routes := filepath.Join(dir, "routes.json")
-	if err := os.WriteFile(routes, tableJSON(t, 1, nil, route("env.example.test", "", false, target)), 0o600); err != nil {
+	if err := os.WriteFile(routes, binarytest.TableJSON(t, 1, nil, binarytest.Route("env.example.test", "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startIngress(t, []string{"INGRESS_STATE_DIR=" + state, "INGRESS_LOG_LEVEL=error"}, baseArgs("--routes", routes)...)
-	waitStatus(t, httpClient(t), p.adminAddr, "", "/readyz", http.StatusOK) // --log-level debug won over the variable
-	p.stop(e2eWait)
+	p := startIngress(t, []string{"INGRESS_STATE_DIR=" + state, "INGRESS_LOG_LEVEL=error"}, binarytest.BaseArgs("--routes", routes)...)
+	waitStatus(t, httpClient(t), p.Admin, "", "/readyz", http.StatusOK) // --log-level debug won over the variable
+	p.Stop(e2eWait)
 	if _, err := os.Stat(filepath.Join(state, routetable.StateFile)); err != nil {
 		t.Fatalf("INGRESS_STATE_DIR not used: %v", err)
 	}
@@ -176,8 +177,8 @@ func TestBinaryValidate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFileAtomic(t, filepath.Join(certs, name+".crt"), []byte(c))
-		writeFileAtomic(t, filepath.Join(certs, name+".key"), []byte(k))
+		binarytest.WriteFileAtomic(t, filepath.Join(certs, name+".crt"), []byte(c))
+		binarytest.WriteFileAtomic(t, filepath.Join(certs, name+".key"), []byte(k))
 	}
 	writePair("app", testcert.Options{Hosts: []string{"app.example.test"}})
 	writePair("soon", testcert.Options{Hosts: []string{"soon.example.test"}, NotAfter: time.Now().Add(3*24*time.Hour + time.Hour)})
@@ -196,7 +197,7 @@ func TestBinaryValidate(t *testing.T) {
   ]
 }`
 	file := filepath.Join(dir, "routes.json")
-	writeFileAtomic(t, file, []byte(good))
+	binarytest.WriteFileAtomic(t, file, []byte(good))
 	r := runBinary(t, nil, "", "validate", file).want(t, 0)
 	assertContainsAll(t, "stdout", r.stdout, file+": valid standalone route file: revision 4, 3 routes, 2 certificates",
 		"certificate app from "+filepath.Join(certs, "app.crt")+": app.example.test; valid until",
@@ -215,7 +216,7 @@ func TestBinaryValidate(t *testing.T) {
 	// Every violation, each with its path.
 	broken := strings.NewReplacer(`"10.0.0.3"`, `"10.0.0.03"`, `"app.example.test", "targets"`, `"App.example.test", "targets"`,
 		`certs/app.key`, `certs/missing.key`).Replace(good)
-	writeFileAtomic(t, file, []byte(broken))
+	binarytest.WriteFileAtomic(t, file, []byte(broken))
 	r = runBinary(t, nil, "", "validate", file).want(t, exitConfig)
 	assertContainsAll(t, "stderr", r.stderr, file+": refused (standalone route file), 3 violations:",
 		"  certificates[1].privateKeyFile cannot be read: open "+filepath.Join(certs, "missing.key")+": no such file or directory",
@@ -226,12 +227,12 @@ func TestBinaryValidate(t *testing.T) {
 	}
 
 	// A syntax error: its line and column.
-	writeFileAtomic(t, file, []byte("{\n  \"revision\": 4,\n  \"routes\": [}\n"))
+	binarytest.WriteFileAtomic(t, file, []byte("{\n  \"revision\": 4,\n  \"routes\": [}\n"))
 	r = runBinary(t, nil, "", "validate", file).want(t, exitConfig)
 	assertContainsAll(t, "stderr", r.stderr, "line 3, column 14: the route table is not valid JSON: invalid character '}' looking for beginning of value")
 
 	// --relay: contract §6 exactly (order, PEM strings).
-	writeFileAtomic(t, file, []byte(good))
+	binarytest.WriteFileAtomic(t, file, []byte(good))
 	r = runBinary(t, nil, "", "validate", "--relay", file).want(t, exitConfig)
 	assertContainsAll(t, "stderr", r.stderr, "refused (relay route table)", "certificates[0].certificateFile is not allowed")
 
@@ -247,16 +248,16 @@ func TestE2EBrokenEditReportedLikeValidate(t *testing.T) {
 	t.Parallel()
 	_, target := echoBackend(t, "backend", 0)
 	file := filepath.Join(t.TempDir(), "routes.json")
-	writeFileAtomic(t, file, tableJSON(t, 1, nil, route("edit.example.test", "", false, target)))
-	p := startIngress(t, nil, baseArgs("--routes", file)...)
+	binarytest.WriteFileAtomic(t, file, binarytest.TableJSON(t, 1, nil, binarytest.Route("edit.example.test", "", false, target)))
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", file)...)
 	c := httpClient(t)
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
 
 	for i, edit := range []string{
 		"{\n  \"revision\": 2,\n  \"routes\": [\n    {\"hostname\": \"x.example.test\",}\n  ],\n  \"certificates\": []\n}\n",
 		`{"revision":3,"routes":[{"hostname":"Edit.example.test","targets":[{"leaseId":"l","address":"127.0.0.1","port":0}],"tls":null}],"certificates":[]}`,
 	} {
-		writeFileAtomic(t, file, []byte(edit))
+		binarytest.WriteFileAtomic(t, file, []byte(edit))
 		v := runBinary(t, nil, "", "validate", file).want(t, exitConfig)
 		var wants []string
 		for _, line := range strings.Split(v.stderr, "\n") {
@@ -268,20 +269,20 @@ func TestE2EBrokenEditReportedLikeValidate(t *testing.T) {
 			t.Fatalf("validate listed no violation:\n%s", v.stderr)
 		}
 		for _, want := range wants {
-			p.waitLine(e2eWait, func(m map[string]any) bool {
+			p.WaitLine(e2eWait, func(m map[string]any) bool {
 				return m["msg"] == "route table violation" && m["violation"] == want
 			})
 		}
-		refusal := p.waitLine(e2eWait, func(m map[string]any) bool {
+		refusal := p.WaitLine(e2eWait, func(m map[string]any) bool {
 			return m["msg"] == "route table refused" && m["violations"] == float64(len(wants))
 		})
 		_, hasRev := refusal["revision"]
 		if i == 0 && hasRev {
 			t.Errorf("the refusal of a file that is not JSON names a revision: %v", refusal)
 		}
-		mustGet(t, c, p.httpAddr, "edit.example.test", "/", http.StatusOK)
+		mustGet(t, c, p.HTTP, "edit.example.test", "/", http.StatusOK)
 	}
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 }
 
 // TestE2EStandaloneCertificateFiles: a route file in any order with its certificate as
@@ -297,8 +298,8 @@ func TestE2EStandaloneCertificateFiles(t *testing.T) {
 	}
 	writePair := func() string {
 		c, k := generatePair(t, "files.example.test")
-		writeFileAtomic(t, filepath.Join(dir, "tls", "site.key"), []byte(k))
-		writeFileAtomic(t, filepath.Join(dir, "tls", "site.crt"), []byte(c))
+		binarytest.WriteFileAtomic(t, filepath.Join(dir, "tls", "site.key"), []byte(k))
+		binarytest.WriteFileAtomic(t, filepath.Join(dir, "tls", "site.crt"), []byte(c))
 		b, _ := pem.Decode([]byte(c))
 		leaf, _ := x509.ParseCertificate(b.Bytes)
 		return leaf.SerialNumber.String()
@@ -310,11 +311,11 @@ func TestE2EStandaloneCertificateFiles(t *testing.T) {
    {"leaseId":"a","address":"127.0.0.1","port":1}],"tls":{"certificateId":"site","redirectHttp":false}}],
  "certificates":[{"id":"site","certificateFile":"tls/site.crt","privateKeyFile":"tls/site.key"}]}`
 	file := filepath.Join(dir, "routes.json")
-	writeFileAtomic(t, file, []byte(doc))
-	p := startIngress(t, nil, baseArgs("--routes", file)...)
-	waitStatus(t, httpClient(t), p.adminAddr, "", "/readyz", http.StatusOK)
+	binarytest.WriteFileAtomic(t, file, []byte(doc))
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", file)...)
+	waitStatus(t, httpClient(t), p.Admin, "", "/readyz", http.StatusOK)
 	served := func() string {
-		conn, err := tls.Dial("tcp", p.httpsAddr, tlsConfigFor("files.example.test"))
+		conn, err := tls.Dial("tcp", p.HTTPS, tlsConfigFor("files.example.test"))
 		if err != nil {
 			return "dial: " + err.Error()
 		}
@@ -324,13 +325,13 @@ func TestE2EStandaloneCertificateFiles(t *testing.T) {
 	if got := served(); got != first {
 		t.Fatalf("served %s, want the file's certificate %s", got, first)
 	}
-	mustGet(t, httpClient(t), p.httpAddr, "zz.example.test", "/", http.StatusOK)
+	mustGet(t, httpClient(t), p.HTTP, "zz.example.test", "/", http.StatusOK)
 	renewed := writePair()
 	testwait.UntilWhy(t, e2eWait, "the renewed certificate served", func() (bool, string) {
 		got := served()
 		return got == renewed, "serving " + got
 	})
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 }
 
 // TestE2EProxyQuickStart: `ingress proxy` serves one route from the command line, plain and
@@ -342,37 +343,37 @@ func TestE2EProxyQuickStart(t *testing.T) {
 	_, b := echoBackend(t, "b", 0)
 	addr := func(tg routetable.Target) string { return tg.Address + ":" + strconv.Itoa(tg.Port) }
 
-	p := startIngress(t, nil, append([]string{"proxy", "--from", "quick.example.test", "--to", addr(a), "--to", ":" + strconv.Itoa(b.Port)}, baseArgs()...)...)
+	p := startIngress(t, nil, append([]string{"proxy", "--from", "quick.example.test", "--to", addr(a), "--to", ":" + strconv.Itoa(b.Port)}, binarytest.BaseArgs()...)...)
 	c := httpClient(t)
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
 	seen := map[string]bool{}
 	testwait.UntilWhy(t, e2eWait, "both targets answer", func() (bool, string) {
-		r := mustGet(t, c, p.httpAddr, "quick.example.test", "/q", http.StatusOK)
+		r := mustGet(t, c, p.HTTP, "quick.example.test", "/q", http.StatusOK)
 		seen[strings.Fields(r.body)[0]] = true
 		return seen["a"] && seen["b"], r.body
 	})
-	mustGet(t, c, p.httpAddr, "other.example.test", "/", http.StatusNotFound)
-	p.stop(e2eWait)
+	mustGet(t, c, p.HTTP, "other.example.test", "/", http.StatusNotFound)
+	p.Stop(e2eWait)
 
 	_, bk := echoBackend(t, "backend", 0) // httpsGet expects the body of a backend named so
 	dir := t.TempDir()
 	certPEM, keyPEM := generatePair(t, "quick.example.test")
-	writeFileAtomic(t, filepath.Join(dir, "q.crt"), []byte(certPEM))
-	writeFileAtomic(t, filepath.Join(dir, "q.key"), []byte(keyPEM))
+	binarytest.WriteFileAtomic(t, filepath.Join(dir, "q.crt"), []byte(certPEM))
+	binarytest.WriteFileAtomic(t, filepath.Join(dir, "q.key"), []byte(keyPEM))
 	p = startIngress(t, nil, append([]string{"proxy", "--from", "quick.example.test", "--to", addr(bk),
-		"--tls-cert", filepath.Join(dir, "q.crt"), "--tls-key", filepath.Join(dir, "q.key"), "--redirect-http"}, baseArgs()...)...)
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
-	if status, _ := httpsGet(t, p.httpsAddr, "quick.example.test"); status != http.StatusOK {
+		"--tls-cert", filepath.Join(dir, "q.crt"), "--tls-key", filepath.Join(dir, "q.key"), "--redirect-http"}, binarytest.BaseArgs()...)...)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
+	if status, _ := httpsGet(t, p.HTTPS, "quick.example.test"); status != http.StatusOK {
 		t.Fatalf("https: %d", status)
 	}
-	mustGet(t, c, p.httpAddr, "quick.example.test", "/", http.StatusPermanentRedirect)
-	p.signal(syscall.SIGHUP)
-	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: reloading the certificate files" })
-	p.stop(e2eWait)
+	mustGet(t, c, p.HTTP, "quick.example.test", "/", http.StatusPermanentRedirect)
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: reloading the certificate files" })
+	p.Stop(e2eWait)
 
 	otherPEM, otherKey := generatePair(t, "other.example.test")
-	writeFileAtomic(t, filepath.Join(dir, "o.crt"), []byte(otherPEM))
-	writeFileAtomic(t, filepath.Join(dir, "o.key"), []byte(otherKey))
+	binarytest.WriteFileAtomic(t, filepath.Join(dir, "o.crt"), []byte(otherPEM))
+	binarytest.WriteFileAtomic(t, filepath.Join(dir, "o.key"), []byte(otherKey))
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -400,26 +401,26 @@ func TestBinaryHealthcheck(t *testing.T) {
 	t.Parallel()
 	rs, origin := startRelay(t, "127.0.0.1:0")
 	rs.SetTableNull() // registered, but no table: running, not ready
-	p := startIngress(t, relayEnv(e2eBearer, origin, e2eNode), baseArgs()...)
-	waitStatus(t, httpClient(t), p.adminAddr, "", "/healthz", http.StatusOK)
-	_, port, _ := strings.Cut(p.adminAddr, ":")
+	p := startIngress(t, binarytest.RelayEnv(e2eBearer, origin, e2eNode), binarytest.BaseArgs()...)
+	waitStatus(t, httpClient(t), p.Admin, "", "/healthz", http.StatusOK)
+	_, port, _ := strings.Cut(p.Admin, ":")
 
-	r := runBinary(t, nil, "", "healthcheck", p.adminAddr).want(t, 1)
+	r := runBinary(t, nil, "", "healthcheck", p.Admin).want(t, 1)
 	assertContainsAll(t, "stderr", r.stderr, "/readyz answered 503")
-	runBinary(t, nil, "", "healthcheck", "--live", p.adminAddr).want(t, 0)
+	runBinary(t, nil, "", "healthcheck", "--live", p.Admin).want(t, 0)
 	runBinary(t, []string{"INGRESS_ADMIN_ADDR=:" + port}, "", "healthcheck", "--live").want(t, 0)
-	runBinary(t, nil, "", "healthcheck", "http://"+p.adminAddr+"/healthz").want(t, 0)
+	runBinary(t, nil, "", "healthcheck", "http://"+p.Admin+"/healthz").want(t, 0)
 
 	_, target := echoBackend(t, "backend", 0)
-	rs.SetTable(tableJSON(t, 1, nil, route("hc.example.test", "", false, target)), 1)
-	p.signal(syscall.SIGHUP) // pulled at once, or right after the registration
-	waitStatus(t, httpClient(t), p.adminAddr, "", "/readyz", http.StatusOK)
+	rs.SetTable(binarytest.TableJSON(t, 1, nil, binarytest.Route("hc.example.test", "", false, target)), 1)
+	p.Signal(syscall.SIGHUP) // pulled at once, or right after the registration
+	waitStatus(t, httpClient(t), p.Admin, "", "/readyz", http.StatusOK)
 	if r := runBinary(t, []string{"INGRESS_ADMIN_ADDR=0.0.0.0:" + port}, "", "healthcheck").want(t, 0); strings.TrimSpace(r.stdout) != "ok" {
 		t.Fatalf("stdout %q", r.stdout)
 	}
-	runBinary(t, nil, "", "healthcheck", p.adminAddr, "--live").want(t, exitConfig)
+	runBinary(t, nil, "", "healthcheck", p.Admin, "--live").want(t, exitConfig)
 	runBinary(t, []string{"INGRESS_ADMIN_ADDR="}, "", "healthcheck").want(t, exitConfig)
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 }
 
 // TestDockerfile checks what can be checked without a container engine: base images named
@@ -527,7 +528,7 @@ func TestDockerfile(t *testing.T) {
 	_, target := echoBackend(t, "backend", 0)
 	state := filepath.Join(t.TempDir(), "var-lib-ingress")
 	routes := filepath.Join(t.TempDir(), "routes.json")
-	if err := os.WriteFile(routes, tableJSON(t, 1, nil, route("docker.example.test", "", false, target)), 0o600); err != nil {
+	if err := os.WriteFile(routes, binarytest.TableJSON(t, 1, nil, binarytest.Route("docker.example.test", "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var imageEnv []string
@@ -542,8 +543,8 @@ func TestDockerfile(t *testing.T) {
 	}
 	run := exec.Command(bin, "--routes", routes, "--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0", "--http3=false")
 	run.Env = append([]string{"PATH=" + os.Getenv("PATH")}, imageEnv...)
-	p := startCollecting(t, run)
-	started := p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "ingress started" })
+	p := binarytest.Collect(t, run)
+	started := p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "ingress started" })
 	admin := started["admin"].(string)
 	waitStatus(t, httpClient(t), admin, "", "/readyz", http.StatusOK)
 	hc := exec.Command(bin, "healthcheck")
@@ -551,7 +552,7 @@ func TestDockerfile(t *testing.T) {
 	if out, err := hc.CombinedOutput(); err != nil {
 		t.Fatalf("healthcheck with the image's variable: %v\n%s", err, out)
 	}
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 	if _, err := os.Stat(filepath.Join(state, routetable.StateFile)); err != nil {
 		t.Fatalf("the state directory from the image's ENV was not used: %v", err)
 	}
@@ -602,12 +603,12 @@ func TestREADMEWalkthrough(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dir, "certs"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		writeFileAtomic(t, filepath.Join(dir, "certs", "app.crt"), []byte(c))
-		writeFileAtomic(t, filepath.Join(dir, "certs", "app.key"), []byte(k))
+		binarytest.WriteFileAtomic(t, filepath.Join(dir, "certs", "app.crt"), []byte(c))
+		binarytest.WriteFileAtomic(t, filepath.Join(dir, "certs", "app.key"), []byte(k))
 	}
 	_, target := echoBackend(t, "backend", 0)
 	doc := strings.Replace(jsons[0], `"port": 3000`, `"port": `+strconv.Itoa(target.Port), 1)
-	writeFileAtomic(t, filepath.Join(dir, "routes.json"), []byte(doc))
+	binarytest.WriteFileAtomic(t, filepath.Join(dir, "routes.json"), []byte(doc))
 
 	var lines []string
 	for _, l := range strings.Split(shells[1], "\n") {
@@ -634,17 +635,17 @@ func TestREADMEWalkthrough(t *testing.T) {
 	}
 	run := exec.Command(buildBinary(t), append(runArgs, "--admin-addr", "127.0.0.1:0", "--log-format", "json")...)
 	run.Dir = dir
-	p := startCollecting(t, run)
-	started := p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "ingress started" })
-	p.httpAddr, p.httpsAddr = started["http"].(string), started["https"].(string)
+	p := binarytest.Collect(t, run)
+	started := p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "ingress started" })
+	p.HTTP, p.HTTPS = started["http"].(string), started["https"].(string)
 	waitStatus(t, httpClient(t), started["admin"].(string), "", "/readyz", http.StatusOK)
-	if status, _ := httpsGet(t, p.httpsAddr, "app.example.test"); status != http.StatusOK {
+	if status, _ := httpsGet(t, p.HTTPS, "app.example.test"); status != http.StatusOK {
 		t.Fatalf("https status %d", status)
 	}
-	r := mustGet(t, httpClient(t), p.httpAddr, "app.example.test", "/", http.StatusPermanentRedirect)
-	_, httpsPort, _ := strings.Cut(p.httpsAddr, ":")
+	r := mustGet(t, httpClient(t), p.HTTP, "app.example.test", "/", http.StatusPermanentRedirect)
+	_, httpsPort, _ := strings.Cut(p.HTTPS, ":")
 	if got := r.header.Get("Location"); got != "https://app.example.test:"+httpsPort+"/" {
 		t.Fatalf("Location %q", got)
 	}
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 }

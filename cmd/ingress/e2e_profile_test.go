@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -20,16 +21,16 @@ func TestE2ECPUProfile(t *testing.T) {
 	target := routetable.Target{LeaseID: "lease-1", Address: "127.0.0.1", Port: 8080}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, nil, route("app.example.test", "", false, target)), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, nil, binarytest.Route("app.example.test", "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("written at a graceful stop", func(t *testing.T) {
 		prof := filepath.Join(dir, "cpu.pprof")
-		p := startIngress(t, nil, baseArgs("--routes", file, "--cpuprofile", prof)...)
-		p.signal(syscall.SIGTERM)
-		if code := p.wait(e2eWait); code != 0 {
-			t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr())
+		p := startIngress(t, nil, binarytest.BaseArgs("--routes", file, "--cpuprofile", prof)...)
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(e2eWait); code != 0 {
+			t.Fatalf("exit status %d; stderr:\n%s", code, p.Stderr())
 		}
 		b, err := os.ReadFile(prof)
 		if err != nil {
@@ -43,11 +44,11 @@ func TestE2ECPUProfile(t *testing.T) {
 		}
 	})
 	t.Run("path refused", func(t *testing.T) {
-		p := execIngress(t, nil, baseArgs("--routes", file, "--cpuprofile", filepath.Join(dir, "missing", "cpu.pprof"))...)
-		if code := p.wait(e2eWait); code != exitConfig {
-			t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.stderr())
+		p := execIngress(t, nil, binarytest.BaseArgs("--routes", file, "--cpuprofile", filepath.Join(dir, "missing", "cpu.pprof"))...)
+		if code := p.Wait(e2eWait); code != exitConfig {
+			t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.Stderr())
 		}
-		if out := p.stderr(); !strings.Contains(out, "--cpuprofile") {
+		if out := p.Stderr(); !strings.Contains(out, "--cpuprofile") {
 			t.Errorf("stderr does not name the flag:\n%s", out)
 		}
 	})

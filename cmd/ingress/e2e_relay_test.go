@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/relaysim"
 )
@@ -135,36 +136,36 @@ func TestE2ERelayMode(t *testing.T) {
 		hostC = "c.example.test"
 	)
 	rs, origin := startRelay(t, "127.0.0.1:0")
-	rs.SetTable(tableJSON(t, 1, nil, route(hostA, "", false, target)), 1)
+	rs.SetTable(binarytest.TableJSON(t, 1, nil, binarytest.Route(hostA, "", false, target)), 1)
 
-	p := startIngress(t, relayEnv(e2eBearer, origin, e2eNode), baseArgs()...)
+	p := startIngress(t, binarytest.RelayEnv(e2eBearer, origin, e2eNode), binarytest.BaseArgs()...)
 	c := httpClient(t)
 
 	if err := rs.WaitCalls(ctxT(t, e2eWait), "registerClusterIngress", 1); err != nil {
-		t.Fatalf("%v; stderr:\n%s", err, p.stderr())
+		t.Fatalf("%v; stderr:\n%s", err, p.Stderr())
 	}
 	checkRegistration(t, registrations(t, rs)[0])
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
 
 	counts := map[string]int64{}
 	hit := func(host, countAs string) {
 		t.Helper()
-		r := mustGet(t, c, p.httpAddr, host, "/x", http.StatusOK)
+		r := mustGet(t, c, p.HTTP, host, "/x", http.StatusOK)
 		if want := "backend " + host + " /x"; r.body != want {
 			t.Fatalf("body %q, want %q", r.body, want)
 		}
 		counts[countAs]++
 	}
 	hit(hostA, hostA)
-	mustGet(t, c, p.httpAddr, hostB, "/x", http.StatusNotFound) // not routed yet, not counted
+	mustGet(t, c, p.HTTP, hostB, "/x", http.StatusNotFound) // not routed yet, not counted
 
 	// Revision 2 adds a hostname and a wildcard; the hint makes the ingress pull it.
-	rs.SetTable(tableJSON(t, 2, nil,
-		route(hostA, "", false, target), route(hostB, "", false, target), route(wild, "", false, target)), 2)
+	rs.SetTable(binarytest.TableJSON(t, 2, nil,
+		binarytest.Route(hostA, "", false, target), binarytest.Route(hostB, "", false, target), binarytest.Route(wild, "", false, target)), 2)
 	if err := rs.PushHint(ctxT(t, e2eWait), 2); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, c, p.httpAddr, hostB, "/x", http.StatusOK)
+	waitStatus(t, c, p.HTTP, hostB, "/x", http.StatusOK)
 	counts[hostB]++
 	for range 3 {
 		hit(hostA, hostA)
@@ -211,7 +212,7 @@ func TestE2ERelayMode(t *testing.T) {
 				return
 			default:
 			}
-			r, err := get(lc, p.httpAddr, hostA, "/during")
+			r, err := get(lc, p.HTTP, hostA, "/during")
 			if err == nil && r.status != http.StatusOK {
 				err = fmt.Errorf("status %d %q", r.status, r.body)
 			}
@@ -230,7 +231,7 @@ func TestE2ERelayMode(t *testing.T) {
 		t.Fatalf("close relaysim: %v", err)
 	}
 	// The ingress notices the loss and tries again; serve nothing for a moment.
-	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "backing off" })
+	p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "backing off" })
 	during := loadOK.Load()
 	testwait.UntilWhy(t, e2eWait, "requests served while the relay is away", func() (bool, string) {
 		return loadOK.Load() >= during+5, fmt.Sprintf("%d requests", loadOK.Load()-during)
@@ -256,14 +257,14 @@ func TestE2ERelayMode(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = rs2.Close() })
 	rs2.ExpectedBearer(e2eBearer)
-	rs2.SetTable(tableJSON(t, 3, nil, route(hostA, "", false, target), route(hostB, "", false, target),
-		route(hostC, "", false, target), route(wild, "", false, target)), 3)
+	rs2.SetTable(binarytest.TableJSON(t, 3, nil, binarytest.Route(hostA, "", false, target), binarytest.Route(hostB, "", false, target),
+		binarytest.Route(hostC, "", false, target), binarytest.Route(wild, "", false, target)), 3)
 
 	if err := rs2.WaitCalls(ctxT(t, 10*time.Second), "registerClusterIngress", 1); err != nil {
-		t.Fatalf("no registration with the restarted relay: %v; stderr:\n%s", err, p.stderr())
+		t.Fatalf("no registration with the restarted relay: %v; stderr:\n%s", err, p.Stderr())
 	}
 	checkRegistration(t, registrations(t, rs2)[0])
-	waitStatus(t, c, p.httpAddr, hostC, "/x", http.StatusOK)
+	waitStatus(t, c, p.HTTP, hostC, "/x", http.StatusOK)
 	if got := knownRevisions(t, rs2); len(got) == 0 || got[0] != 2 {
 		t.Fatalf("first pull from the restarted relay has knownRevision %v, want 2 (the applied one)", got)
 	}
@@ -284,15 +285,15 @@ func TestE2ERelayMode(t *testing.T) {
 	})
 
 	// The session reconnected once, and no metric quotes the bearer.
-	metrics := mustGet(t, c, p.adminAddr, "", "/metrics", http.StatusOK).body
+	metrics := mustGet(t, c, p.Admin, "", "/metrics", http.StatusOK).body
 	if !regexp.MustCompile(`(?m)^ingress_relay_reconnects_total [1-9]`).MatchString(metrics) {
 		t.Errorf("ingress_relay_reconnects_total does not count the reconnection")
 	}
 	if strings.Contains(metrics, e2eBearer) {
 		t.Fatal("/metrics quotes the bearer")
 	}
-	p.stop(e2eWait)
-	p.assertNoSecret(e2eBearer)
+	p.Stop(e2eWait)
+	p.AssertNoSecret(e2eBearer)
 }
 
 // TestE2ENoTableYet: while the relay has computed no table, the registered ingress is not
@@ -304,28 +305,28 @@ func TestE2ENoTableYet(t *testing.T) {
 	rs, origin := startRelay(t, "127.0.0.1:0")
 	rs.SetTableNull()
 
-	p := startIngress(t, relayEnv(e2eBearer, origin, e2eNode), baseArgs()...)
+	p := startIngress(t, binarytest.RelayEnv(e2eBearer, origin, e2eNode), binarytest.BaseArgs()...)
 	c := httpClient(t)
 	// The acceptance says revision null: registered, and nothing to pull yet.
-	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
-	mustGet(t, c, p.adminAddr, "", "/healthz", http.StatusOK)
-	mustGet(t, c, p.adminAddr, "", "/readyz", http.StatusServiceUnavailable)
+	p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "registered with the relay" })
+	mustGet(t, c, p.Admin, "", "/healthz", http.StatusOK)
+	mustGet(t, c, p.Admin, "", "/readyz", http.StatusServiceUnavailable)
 	for _, host := range []string{"a.example.test", "unknown.example.test"} {
-		r := mustGet(t, c, p.httpAddr, host, "/", http.StatusServiceUnavailable)
+		r := mustGet(t, c, p.HTTP, host, "/", http.StatusServiceUnavailable)
 		if r.header.Get("Retry-After") == "" {
 			t.Fatalf("503 for %s without Retry-After: %v", host, r.header)
 		}
 	}
 
-	rs.SetTable(tableJSON(t, 1, nil, route("a.example.test", "", false, target)), 1)
+	rs.SetTable(binarytest.TableJSON(t, 1, nil, binarytest.Route("a.example.test", "", false, target)), 1)
 	if err := rs.PushHint(ctxT(t, e2eWait), 1); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
-	mustGet(t, c, p.httpAddr, "a.example.test", "/", http.StatusOK)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
+	mustGet(t, c, p.HTTP, "a.example.test", "/", http.StatusOK)
 	if got := knownRevisions(t, rs); len(got) == 0 || got[0] != -1 {
 		t.Fatalf("pulls' knownRevision = %v, want the first to be null", got)
 	}
-	p.stop(e2eWait)
-	p.assertNoSecret(e2eBearer)
+	p.Stop(e2eWait)
+	p.AssertNoSecret(e2eBearer)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/serve-zone/ingress/internal/binarytest"
 )
 
 // TestE2ERelayEchoOfTheBearerIsScrubbed: a relay that echoes the bearer in a refusal reason
@@ -17,15 +19,15 @@ func TestE2ERelayEchoOfTheBearerIsScrubbed(t *testing.T) {
 	rs.RefuseRegistrations("bearer-refused: "+e2eBearer, 1000, 1) // an unknown reason
 	rs.SetTable([]byte(`{"revision":1,"routes":[],"certificates":[],"`+e2eBearer+`":true}`), 1)
 
-	p := startIngress(t, relayEnv(e2eBearer, origin, e2eNode), baseArgs()...)
-	failed := p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "registration failed" })
+	p := startIngress(t, binarytest.RelayEnv(e2eBearer, origin, e2eNode), binarytest.BaseArgs()...)
+	failed := p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "registration failed" })
 	if got := fmt.Sprint(failed["reason"]); got != "bearer-refused: [redacted]" {
 		t.Errorf("registration failed with reason %q, want the echoed bearer as [redacted]", got)
 	}
-	violation := p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "route table violation" })
+	violation := p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "route table violation" })
 	if got := fmt.Sprint(violation["violation"]); !strings.Contains(got, "[redacted] is not allowed") {
 		t.Errorf("route table violation %q, want the echoed bearer as [redacted]", got)
 	}
-	p.stop(e2eWait)
-	p.assertNoSecret(e2eBearer)
+	p.Stop(e2eWait)
+	p.AssertNoSecret(e2eBearer)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/internal/testwait"
 )
 
@@ -36,13 +37,13 @@ func TestE2ESIGTERMUnderLoad(t *testing.T) {
 		fmt.Fprintf(w, "backend %s %s", r.Host, r.URL.Path)
 	}))
 	t.Cleanup(slow.Close)
-	target := targetOf(t, slow.Listener.Addr().String(), "lease-backend")
+	target := binarytest.TargetOf(t, slow.Listener.Addr().String(), "lease-backend")
 	file := filepath.Join(t.TempDir(), "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, nil, route(host, "", false, target)), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startIngress(t, nil, baseArgs("--routes", file, "--drain-timeout", drain.String())...)
-	waitStatus(t, httpClient(t), p.adminAddr, "", "/readyz", http.StatusOK)
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", file, "--drain-timeout", drain.String())...)
+	waitStatus(t, httpClient(t), p.Admin, "", "/readyz", http.StatusOK)
 
 	var (
 		ok       atomic.Int64
@@ -60,7 +61,7 @@ func TestE2ESIGTERMUnderLoad(t *testing.T) {
 			defer wg.Done()
 			first := true
 			for {
-				r, err := get(c, p.httpAddr, host, "/slow")
+				r, err := get(c, p.HTTP, host, "/slow")
 				switch {
 				case err != nil && errors.Is(err, syscall.ECONNREFUSED):
 					refused.Add(1)
@@ -95,17 +96,17 @@ func TestE2ESIGTERMUnderLoad(t *testing.T) {
 	testwait.Until(t, e2eWait, "a request of every client in flight", func() bool { return inFlight.Load() == clients })
 	before := ok.Load()
 	start := time.Now()
-	p.signal(syscall.SIGTERM)
-	code := p.wait(drain + 2*time.Second)
+	p.Signal(syscall.SIGTERM)
+	code := p.Wait(drain + 2*time.Second)
 	elapsed := time.Since(start)
 	wg.Wait()
 
 	if len(failures) > 0 {
 		t.Fatalf("%d requests failed during the graceful stop (%d answered 200, %d refused): %v; stderr:\n%s",
-			len(failures), ok.Load(), refused.Load(), errors.Join(failures...), p.stderr())
+			len(failures), ok.Load(), refused.Load(), errors.Join(failures...), p.Stderr())
 	}
 	if code != 0 {
-		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, p.stderr())
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, p.Stderr())
 	}
 	if elapsed >= drain {
 		t.Fatalf("the stop took %s, not within --drain-timeout %s", elapsed, drain)
@@ -140,26 +141,26 @@ func TestE2ESecondSignalStopsAtOnce(t *testing.T) {
 	}))
 	t.Cleanup(func() { close(release); hang.Close() })
 	file := filepath.Join(t.TempDir(), "routes.json")
-	target := targetOf(t, hang.Listener.Addr().String(), "lease-hang")
-	if err := os.WriteFile(file, tableJSON(t, 1, nil, route(host, "", false, target)), 0o600); err != nil {
+	target := binarytest.TargetOf(t, hang.Listener.Addr().String(), "lease-hang")
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startIngress(t, nil, baseArgs("--routes", file, "--drain-timeout", "60s")...)
-	waitStatus(t, httpClient(t), p.adminAddr, "", "/readyz", http.StatusOK)
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", file, "--drain-timeout", "60s")...)
+	waitStatus(t, httpClient(t), p.Admin, "", "/readyz", http.StatusOK)
 
 	hc := httpClient(t)
-	go func() { _, _ = get(hc, p.httpAddr, host, "/hang") }()
+	go func() { _, _ = get(hc, p.HTTP, host, "/hang") }()
 	select {
 	case <-entered:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request never reached the target")
 	}
-	p.signal(syscall.SIGTERM)
-	p.waitLine(5*time.Second, func(m map[string]any) bool { return m["msg"] == "stopping: draining in-flight requests" })
+	p.Signal(syscall.SIGTERM)
+	p.WaitLine(5*time.Second, func(m map[string]any) bool { return m["msg"] == "stopping: draining in-flight requests" })
 	start := time.Now()
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(5 * time.Second); code == 0 {
-		t.Fatalf("exit status 0 after a second signal, want non-zero; stderr:\n%s", p.stderr())
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(5 * time.Second); code == 0 {
+		t.Fatalf("exit status 0 after a second signal, want non-zero; stderr:\n%s", p.Stderr())
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("the second signal took %s to stop the process", d)

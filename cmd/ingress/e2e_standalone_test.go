@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/internal/testcert"
 	"github.com/serve-zone/ingress/routetable"
 )
@@ -62,49 +63,49 @@ func TestE2EStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	certs := []routetable.Certificate{{ID: "cert-1", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}}
-	routes := []routetable.Route{route(plain, "", false, target), route(secure, "cert-1", false, target)}
+	routes := []routetable.Route{binarytest.Route(plain, "", false, target), binarytest.Route(secure, "cert-1", false, target)}
 	with := func(extra ...string) []routetable.Route {
 		out := append([]routetable.Route(nil), routes...)
 		for _, h := range extra {
-			out = append(out, route(h, "", false, target))
+			out = append(out, binarytest.Route(h, "", false, target))
 		}
 		return out
 	}
 
 	dir := t.TempDir()
 	file := filepath.Join(dir, "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, certs, with()...), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, certs, with()...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startIngress(t, nil, baseArgs("--routes", file)...)
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", file)...)
 	c := httpClient(t)
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
 
-	mustGet(t, c, p.httpAddr, plain, "/", http.StatusOK)
-	mustGet(t, c, p.httpAddr, secure, "/", http.StatusOK) // redirectHttp false: plain HTTP served too
-	if status, proto := httpsGet(t, p.httpsAddr, secure); status != http.StatusOK || proto != "HTTP/2.0" {
+	mustGet(t, c, p.HTTP, plain, "/", http.StatusOK)
+	mustGet(t, c, p.HTTP, secure, "/", http.StatusOK) // redirectHttp false: plain HTTP served too
+	if status, proto := httpsGet(t, p.HTTPS, secure); status != http.StatusOK || proto != "HTTP/2.0" {
 		t.Fatalf("HTTPS %s = %d over %s, want 200 over HTTP/2.0", secure, status, proto)
 	}
 
 	// A new revision with another hostname is picked up by the watcher.
-	writeFileAtomic(t, file, tableJSON(t, 2, certs, with("new.example.test")...))
-	waitStatus(t, c, p.httpAddr, "new.example.test", "/", http.StatusOK)
+	binarytest.WriteFileAtomic(t, file, binarytest.TableJSON(t, 2, certs, with("new.example.test")...))
+	waitStatus(t, c, p.HTTP, "new.example.test", "/", http.StatusOK)
 
 	// An invalid file: every violation logged, nothing of it applied.
 	bad := with("new.example.test", "refused.example.test")
 	bad[0].Targets = []routetable.Target{{LeaseID: "lease-x", Address: target.Address, Port: 0}}
-	writeFileAtomic(t, file, tableJSON(t, 3, certs, bad...))
-	p.waitLine(e2eWait, func(m map[string]any) bool {
+	binarytest.WriteFileAtomic(t, file, binarytest.TableJSON(t, 3, certs, bad...))
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
 		v, _ := m["violation"].(string)
 		return m["msg"] == "route table violation" && strings.Contains(v, "targets[0].port")
 	})
-	mustGet(t, c, p.httpAddr, "new.example.test", "/", http.StatusOK)
-	mustGet(t, c, p.httpAddr, "refused.example.test", "/", http.StatusNotFound)
-	mustGet(t, c, p.httpAddr, plain, "/", http.StatusOK)
+	mustGet(t, c, p.HTTP, "new.example.test", "/", http.StatusOK)
+	mustGet(t, c, p.HTTP, "refused.example.test", "/", http.StatusNotFound)
+	mustGet(t, c, p.HTTP, plain, "/", http.StatusOK)
 
 	// Same revision as the applied one, different content: applied (contract §7).
-	writeFileAtomic(t, file, tableJSON(t, 2, certs, with("new.example.test", "same.example.test")...))
-	waitStatus(t, c, p.httpAddr, "same.example.test", "/", http.StatusOK)
+	binarytest.WriteFileAtomic(t, file, binarytest.TableJSON(t, 2, certs, with("new.example.test", "same.example.test")...))
+	waitStatus(t, c, p.HTTP, "same.example.test", "/", http.StatusOK)
 
 	// SIGHUP: rewrite the file in place through a hard link in another directory. The
 	// watcher watches the routes file's directory, and inotify reports a write to the
@@ -113,33 +114,33 @@ func TestE2EStandalone(t *testing.T) {
 	if err := os.Link(file, alias); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(alias, tableJSON(t, 4, certs, with("new.example.test", "hup.example.test")...), 0o600); err != nil {
+	if err := os.WriteFile(alias, binarytest.TableJSON(t, 4, certs, with("new.example.test", "hup.example.test")...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The edit stays unseen: a file written next to the routes file afterwards is the
 	// watcher's next event (inotify keeps one watch's events in order), and no change of
 	// the routes file came before it.
-	_, seen, _ := p.findLine(0, func(map[string]any) bool { return false })
+	seen := p.LineCount()
 	probe := filepath.Join(filepath.Dir(file), "probe.txt")
 	if err := os.WriteFile(probe, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p.waitLine(e2eWait, func(m map[string]any) bool {
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
 		return m["msg"] == "routes directory event ignored" && m["file"] == probe
 	})
-	if m, _, _ := p.findLine(seen, func(m map[string]any) bool { return m["msg"] == "routes file changed: reloading after the debounce" }); m != nil {
+	if m := p.FindLine(seen, func(m map[string]any) bool { return m["msg"] == "routes file changed: reloading after the debounce" }); m != nil {
 		t.Fatalf("the watcher saw the edit made through another directory: %v", m)
 	}
-	mustGet(t, c, p.httpAddr, "hup.example.test", "/", http.StatusNotFound)
-	p.signal(syscall.SIGHUP)
-	p.waitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: reloading the routes file" })
-	waitStatus(t, c, p.httpAddr, "hup.example.test", "/", http.StatusOK)
-	mustGet(t, c, p.httpAddr, "same.example.test", "/", http.StatusNotFound)
+	mustGet(t, c, p.HTTP, "hup.example.test", "/", http.StatusNotFound)
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool { return m["msg"] == "SIGHUP: reloading the routes file" })
+	waitStatus(t, c, p.HTTP, "hup.example.test", "/", http.StatusOK)
+	mustGet(t, c, p.HTTP, "same.example.test", "/", http.StatusNotFound)
 
-	p.stop(e2eWait)
+	p.Stop(e2eWait)
 	for _, line := range strings.Split(keyPEM, "\n") {
 		if len(line) > 20 && !strings.HasPrefix(line, "-----") {
-			p.assertNoSecret(line)
+			p.AssertNoSecret(line)
 		}
 	}
 }
@@ -151,18 +152,18 @@ func TestE2EStandaloneInvalidAtStart(t *testing.T) {
 	t.Parallel()
 	target := routetable.Target{LeaseID: "lease-1", Address: "127.0.0.1", Port: 8080}
 	bad := []routetable.Route{
-		route("Bad.Example.test", "", false, target),
-		route("ok.example.test", "cert-missing", false, routetable.Target{LeaseID: "lease-2", Address: "127.000.0.1", Port: 8080}),
+		binarytest.Route("Bad.Example.test", "", false, target),
+		binarytest.Route("ok.example.test", "cert-missing", false, routetable.Target{LeaseID: "lease-2", Address: "127.000.0.1", Port: 8080}),
 	}
 	file := filepath.Join(t.TempDir(), "routes.json")
-	if err := os.WriteFile(file, tableJSON(t, 1, nil, bad...), 0o600); err != nil {
+	if err := os.WriteFile(file, binarytest.TableJSON(t, 1, nil, bad...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := execIngress(t, nil, baseArgs("--routes", file)...)
-	if code := p.wait(e2eWait); code != exitConfig {
-		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.stderr())
+	p := execIngress(t, nil, binarytest.BaseArgs("--routes", file)...)
+	if code := p.Wait(e2eWait); code != exitConfig {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitConfig, p.Stderr())
 	}
-	out := p.stderr()
+	out := p.Stderr()
 	for _, want := range []string{"routes[0].hostname", "routes[1].targets[0].address", "routes[1].tls.certificateId", file} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stderr does not name %q:\n%s", want, out)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
@@ -43,26 +44,26 @@ func TestE2EStateDir(t *testing.T) {
 	_, target := echoBackend(t, "backend", 0)
 	dir := filepath.Join(t.TempDir(), "state") // the ingress creates it
 	rs, origin := startRelay(t, "127.0.0.1:0")
-	rs.SetTable(tableJSON(t, 7, nil, route(host, "", false, target)), 7)
+	rs.SetTable(binarytest.TableJSON(t, 7, nil, binarytest.Route(host, "", false, target)), 7)
 
-	p := startIngress(t, relayEnv(e2eBearer, origin, e2eNode), baseArgs("--state-dir", dir)...)
+	p := startIngress(t, binarytest.RelayEnv(e2eBearer, origin, e2eNode), binarytest.BaseArgs("--state-dir", dir)...)
 	c := httpClient(t)
-	waitStatus(t, c, p.adminAddr, "", "/readyz", http.StatusOK)
+	waitStatus(t, c, p.Admin, "", "/readyz", http.StatusOK)
 	const first = 3
 	for range first {
-		mustGet(t, c, p.httpAddr, host, "/", http.StatusOK)
+		mustGet(t, c, p.HTTP, host, "/", http.StatusOK)
 	}
-	mustGet(t, c, p.httpAddr, "unrouted.example.test", "/", http.StatusNotFound) // never an entry
+	mustGet(t, c, p.HTTP, "unrouted.example.test", "/", http.StatusNotFound) // never an entry
 	testwait.UntilWhy(t, e2eWait, "first run's statistics", func() (bool, string) {
-		got, err := adminStatistics(c, p.adminAddr)
+		got, err := adminStatistics(c, p.Admin)
 		if err != nil {
 			return false, err.Error()
 		}
 		why := checkEntries(got, today(), e2eNode, []string{host}, map[string]int64{host: first})
 		return why == "", why
 	})
-	p.stop(e2eWait)
-	p.assertNoSecret(e2eBearer)
+	p.Stop(e2eWait)
+	p.AssertNoSecret(e2eBearer)
 	_ = rs.Close()
 
 	for _, name := range []string{routetable.StateFile, stats.SnapshotFile} {
@@ -79,21 +80,21 @@ func TestE2EStateDir(t *testing.T) {
 	}
 
 	// Second run: the relay is down; the last known table serves at once.
-	p2 := startIngress(t, relayEnv(e2eBearer, closedOrigin(t), e2eNode), baseArgs("--state-dir", dir)...)
+	p2 := startIngress(t, binarytest.RelayEnv(e2eBearer, closedOrigin(t), e2eNode), binarytest.BaseArgs("--state-dir", dir)...)
 	c2 := httpClient(t)
-	waitStatus(t, c2, p2.adminAddr, "", "/readyz", http.StatusOK)
-	r := mustGet(t, c2, p2.httpAddr, host, "/again", http.StatusOK)
+	waitStatus(t, c2, p2.Admin, "", "/readyz", http.StatusOK)
+	r := mustGet(t, c2, p2.HTTP, host, "/again", http.StatusOK)
 	if want := "backend " + host + " /again"; r.body != want {
 		t.Fatalf("body %q, want %q", r.body, want)
 	}
 	testwait.UntilWhy(t, e2eWait, "statistics continued after the restart", func() (bool, string) {
-		got, err := adminStatistics(c2, p2.adminAddr)
+		got, err := adminStatistics(c2, p2.Admin)
 		if err != nil {
 			return false, err.Error()
 		}
 		why := checkEntries(got, today(), e2eNode, []string{host}, map[string]int64{host: first + 1})
 		return why == "", why
 	})
-	p2.stop(e2eWait)
-	p2.assertNoSecret(e2eBearer)
+	p2.Stop(e2eWait)
+	p2.AssertNoSecret(e2eBearer)
 }

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/serve-zone/ingress/internal/binarytest"
 )
 
 const testBearer = "very-secret-bearer-123"
@@ -79,30 +80,20 @@ func TestBinaryVersion(t *testing.T) {
 	}
 }
 
-var builtBinary string
+// ingress is the binary under test, stamped with a test version.
+var ingress = &binarytest.Binary{
+	Package: binarytest.IngressPackage,
+	Flags:   []string{"-ldflags", "-X main.version=9.8.7-test"},
+}
 
+// buildBinary builds the binary on first use and returns its path.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	if builtBinary != "" {
-		return builtBinary
-	}
-	dir, err := os.MkdirTemp("", "ingress-bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "ingress")
-	cmd := exec.Command("go", "build", "-ldflags", "-X main.version=9.8.7-test", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	builtBinary = bin
-	return bin
+	return ingress.Path(t)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if builtBinary != "" {
-		_ = os.RemoveAll(filepath.Dir(builtBinary))
-	}
+	ingress.Remove()
 	os.Exit(code)
 }

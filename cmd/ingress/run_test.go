@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/binarytest"
 	"github.com/serve-zone/ingress/internal/pebbletest"
 	"github.com/serve-zone/ingress/routetable"
 )
@@ -26,10 +27,10 @@ func TestRunStopsWhenAPartFails(t *testing.T) {
 	}
 	routes := filepath.Join(dir, "routes.json")
 	target := routetable.Target{LeaseID: "lease-1", Address: "127.0.0.1", Port: 9}
-	if err := os.WriteFile(routes, tableJSON(t, 1, nil, route("app.example.test", "", false, target)), 0o600); err != nil {
+	if err := os.WriteFile(routes, binarytest.TableJSON(t, 1, nil, binarytest.Route("app.example.test", "", false, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := parseFlags(fs, "", baseArgs("--routes", routes), nil); err != nil {
+	if err := parseFlags(fs, "", binarytest.BaseArgs("--routes", routes), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := o.validate(); err != nil {

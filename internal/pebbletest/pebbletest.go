@@ -16,7 +16,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"go/build"
 	"io"
 	"net"
 	"net/http"
@@ -32,6 +31,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/serve-zone/ingress/internal/testcert"
+	"github.com/serve-zone/ingress/internal/toolbin"
 )
 
 // Version is the Pebble release .ci/run installs:
@@ -72,30 +72,12 @@ type Pebble struct {
 // CI variable is set) when there is none.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("PEBBLE"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		t.Fatalf("PEBBLE=%s: no such file", p)
-	}
-	if p, err := exec.LookPath("pebble"); err == nil {
-		return p
-	}
-	if p := filepath.Join(build.Default.GOPATH, "bin", "pebble"); fileExists(p) {
-		return p
-	}
-	msg := "the pebble binary (ACME test server) was not found in $PEBBLE, PATH or $GOPATH/bin; " +
-		"install it with: go install github.com/letsencrypt/pebble/v2/cmd/pebble@" + Version
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg + " (CI is set, so this fails instead of skipping)")
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
+	return toolbin.Tool{
+		Name:    "pebble",
+		Env:     "PEBBLE",
+		About:   "(ACME test server)",
+		Install: "github.com/letsencrypt/pebble/v2/cmd/pebble@" + Version,
+	}.Find(t)
 }
 
 // New prepares a Pebble for the test without starting it: its directory URL and the

@@ -2,13 +2,14 @@ package h2
 
 import (
 	"encoding/xml"
-	"go/build"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/serve-zone/ingress/internal/toolbin"
 )
 
 // H2specVersion is the h2spec release .ci/run installs:
@@ -23,30 +24,11 @@ const h2specWant = 145
 // is skipped, unless CI is set: then it fails, so that CI cannot pass by skipping.
 func h2specBinary(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("H2SPEC"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		t.Fatalf("H2SPEC=%s: no such file", p)
-	}
-	if p, err := exec.LookPath("h2spec"); err == nil {
-		return p
-	}
-	if p := filepath.Join(build.Default.GOPATH, "bin", "h2spec"); fileExists(p) {
-		return p
-	}
-	msg := "the h2spec binary was not found in $H2SPEC, PATH or $GOPATH/bin; install it with: " +
-		"go install github.com/summerwind/h2spec/cmd/h2spec@" + H2specVersion
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg + " (CI is set, so this fails instead of skipping)")
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
+	return toolbin.Tool{
+		Name:    "h2spec",
+		Env:     "H2SPEC",
+		Install: "github.com/summerwind/h2spec/cmd/h2spec@" + H2specVersion,
+	}.Find(t)
 }
 
 type junitReport struct {
