@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -133,6 +134,13 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 		}
 		if r.Path[0] != '/' && !(r.Path == "*" && r.Method == "OPTIONS") {
 			return errBadPath
+		}
+		// A path a request line could not carry either (a broken %-escape) is refused
+		// as net/http's server refuses it, not passed on to be judged by a target.
+		if r.Path != "*" {
+			if _, err := url.ParseRequestURI(r.Path); err != nil {
+				return errBadPath
+			}
 		}
 	}
 	r.Fields = make([]hpack.HeaderField, 0, n-max(cookies-1, 0))
