@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -10,9 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
-	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -39,68 +35,23 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 	e := rs.entry
 	o := s.newOutbound(r, rs, true)
 
+	// The walk, the dial and the handshake are the extended CONNECT's (xconnect.go).
 	walk := newWalk(s, e)
-	var (
-		b  *routetable.Backend
-		bc net.Conn
-	)
-	for {
-		b = walk.next()
-		if b == nil {
-			s.answer(w, rs, walk.last)
-			return
-		}
-		rs.backend = b
-		var err error
-		bc, err = s.dialer.DialContext(r.Context(), "tcp", b.Addr)
-		if err == nil {
-			walk.took()
-			break
-		}
-		rs.err = err
-		if r.Context().Err() != nil {
-			walk.missed(outcomeClientGone, err, false)
-			return // the client went away
-		}
-		walk.missed(outcomeConnect, err, true)
-	}
-	defer walk.done()
-	rs.err = nil
-	o.url.Host = b.Addr
-
-	// The handshake: bounded by ResponseHeaderTimeout and by the client's presence.
-	_ = bc.SetDeadline(time.Now().Add(s.cfg.ResponseHeaderTimeout))
-	stop := context.AfterFunc(r.Context(), func() { _ = bc.SetDeadline(time.Unix(1, 0)) })
-	br := bufio.NewReaderSize(bc, 4<<10)
-	var res *http.Response
-	err := o.req.Write(bc)
-	if err == nil {
-		res, err = http.ReadResponse(br, &o.req)
-	}
-	clientGone := !stop() || r.Context().Err() != nil
-	if err != nil || clientGone {
-		bc.Close()
-		if !clientGone {
-			rs.err = err
-			s.failed(outcomeHandshake, e, b, err)
-			s.answer(w, rs, outcomeHandshake)
+	u := s.dialUpgrade(r.Context(), &walk, &o.req)
+	rs.backend, rs.err = walk.b, u.err
+	if u.res == nil {
+		if u.oc != outcomeClientGone {
+			s.answer(w, rs, u.oc)
 		}
 		return
 	}
+	defer walk.done()
+	res, bc, br := u.res, u.bc, u.br
 	if res.StatusCode != http.StatusSwitchingProtocols {
-		_ = bc.SetDeadline(time.Time{})
 		s.relay(w, r, res, rs)
 		bc.Close()
 		return
 	}
-	if !httpguts.HeaderValuesContainsToken(res.Header["Upgrade"], "websocket") {
-		bc.Close()
-		rs.err = errNoUpgrade
-		s.failed(outcomeHandshake, e, b, errNoUpgrade)
-		s.answer(w, rs, outcomeHandshake)
-		return
-	}
-	_ = bc.SetDeadline(time.Time{})
 
 	cconn, brw, err := hj.Hijack()
 	if err != nil {

@@ -20,9 +20,8 @@ import (
 // Extended CONNECT (RFC 8441 over HTTP/2, RFC 9220 over HTTP/3) with :protocol websocket
 // becomes an HTTP/1.1 WebSocket upgrade to a target; this is the part both front-ends
 // share (h2tunnel.go, h3tunnel.go): the upgrade request, the walk over the targets, the
-// handshake, and the tunnel once the target switched protocols. websocket.go does the
-// same for HTTP/1.1 upgrades; the merge into one forwarding core should fold the two
-// together.
+// handshake, and the tunnel once the target switched protocols. HTTP/1.1 upgrades
+// (websocket.go) take the same walk, dial and handshake (dialUpgrade).
 
 // asUpgrade turns the outgoing request of an extended CONNECT into the HTTP/1.1 upgrade
 // the target expects: GET, Connection/Upgrade, a Sec-WebSocket-Key of our own (RFC 8441
