@@ -69,6 +69,7 @@ type Conn struct {
 	// writer ends once its queue is written. dead: the socket is closed.
 	goingAway, closing, dead bool
 	goawayID                 uint32
+	goawayCode               http2.ErrCode
 	sendWin                  int64 // connection send window
 	peerInitWin              int64
 	peerMaxFrame             uint32
@@ -139,13 +140,15 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.mu.Lock()
 	c.closing = true
 	c.wake.Signal()
-	graceful := c.goingAway && !c.dead
+	// A client ended for abuse (ENHANCE_YOUR_CALM) is not read any further: draining a
+	// flood would be doing its work for it.
+	drain := c.goingAway && !c.dead && c.goawayCode != http2.ErrCodeEnhanceYourCalm
 	c.mu.Unlock()
 	select {
 	case <-c.writerDone:
 	case <-time.After(c.cfg.WriteTimeout):
 	}
-	if graceful {
+	if drain {
 		// Let the client read our GOAWAY before the socket goes: what it still sends
 		// is read and dropped for a moment instead of answered with a TCP reset.
 		c.drainReads()
@@ -177,8 +180,11 @@ func (c *Conn) drainReads() {
 		_ = cw.CloseWrite()
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(drainTime))
-	_, _ = io.Copy(io.Discard, c.br)
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.br, drainBytes))
 }
+
+// drainBytes bounds what a closing connection reads and drops.
+const drainBytes = 64 << 10
 
 // Close closes the connection now: every stream is reset, every handler's Read and
 // Write fail. Serve returns once the handlers have.
@@ -222,6 +228,7 @@ func (c *Conn) goAwayLocked(code http2.ErrCode) {
 	}
 	c.goingAway = true
 	c.goawayID = c.maxSeen
+	c.goawayCode = code
 	c.ctrl = append(c.ctrl, item{kind: itGoAway, id: c.maxSeen, code: code})
 	c.wake.Signal()
 }
@@ -418,6 +425,7 @@ func (c *Conn) fail(err error) error {
 		} else if ce.code != http2.ErrCodeNo {
 			// A second GOAWAY may lower nothing but may carry the error.
 			c.ctrl = append(c.ctrl, item{kind: itGoAway, id: c.goawayID, code: ce.code})
+			c.goawayCode = ce.code
 			c.wake.Signal()
 		}
 		c.mu.Unlock()

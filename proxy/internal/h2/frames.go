@@ -51,6 +51,11 @@ func (c *Conn) process(f http2.Frame) error {
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
 	}
+	if f.Header().Type == frameTypePriorityUpdate {
+		// RFC 9218's PRIORITY_UPDATE (ignored): browsers send them with their requests,
+		// so they share the WINDOW_UPDATE credit earned per stream.
+		return c.spendCredit()
+	}
 	return c.spendJunk() // unknown frame types are ignored (RFC 9113 §5.5)
 }
 
@@ -210,10 +215,20 @@ const wuCreditMax = 1024
 
 func (c *Conn) earnWindowUpdates() { c.wuCredit = min(c.wuCredit+2, wuCreditMax) }
 
-func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+// frameTypePriorityUpdate is RFC 9218's PRIORITY_UPDATE.
+const frameTypePriorityUpdate http2.FrameType = 0x10
+
+// spendCredit charges a WINDOW_UPDATE or PRIORITY_UPDATE: free while the credit lasts.
+func (c *Conn) spendCredit() error {
 	if c.wuCredit > 0 {
 		c.wuCredit--
-	} else if err := c.spendJunk(); err != nil {
+		return nil
+	}
+	return c.spendJunk()
+}
+
+func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	if err := c.spendCredit(); err != nil {
 		return err
 	}
 	inc := int64(f.Increment)
