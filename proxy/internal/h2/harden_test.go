@@ -37,14 +37,25 @@ func goroutinesBack(t testing.TB, base int) {
 	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= base+3 })
 }
 
-// stuckHandler counts handlers and holds each until release is closed, ignoring
-// cancellation: a slow target the attacker wants to pile work onto.
+// stuckHandler counts handlers and holds each until free, ignoring cancellation: a slow
+// target the attacker wants to pile work onto.
 type stuckHandler struct {
 	started, running, peak atomic.Int64
 	release                chan struct{}
+	once                   sync.Once
 }
 
-func newStuck() *stuckHandler { return &stuckHandler{release: make(chan struct{})} }
+// newStuck returns a stuck handler that is freed at the latest when the test ends
+// (before the server's own cleanup, which waits for the handlers), so that a test that
+// fails early does not hang.
+func newStuck(t *testing.T) *stuckHandler {
+	h := &stuckHandler{release: make(chan struct{})}
+	t.Cleanup(h.free)
+	return h
+}
+
+// free lets every handler, running or to come, return.
+func (h *stuckHandler) free() { h.once.Do(func() { close(h.release) }) }
 
 func (h *stuckHandler) ServeH2(st *Stream) {
 	h.started.Add(1)
@@ -61,7 +72,16 @@ func (h *stuckHandler) ServeH2(st *Stream) {
 }
 
 func get(p *peer, id uint32, end bool) {
-	p.headers(id, end, [2]string{":method", "GET"}, [2]string{":scheme", "http"}, [2]string{":authority", "a.example"}, [2]string{":path", "/"})
+	p.t.Helper()
+	if err := tryGet(p, id, end); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// tryGet is get for floods: a server that hung up on the flood is not a failure.
+func tryGet(p *peer, id uint32, end bool) error {
+	return p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: p.block([2]string{":method", "GET"},
+		[2]string{":scheme", "http"}, [2]string{":authority", "a.example"}, [2]string{":path", "/"}), EndStream: end, EndHeaders: true})
 }
 
 // readUntilGoAway reads in the background until GOAWAY, the connection's end, or done.
@@ -89,13 +109,15 @@ func readUntilGoAway(p *peer) <-chan http2.ErrCode {
 // the resets exhaust the connection's budget: GOAWAY(ENHANCE_YOUR_CALM).
 func TestRapidReset(t *testing.T) {
 	base := runtime.NumGoroutine()
-	h := newStuck()
+	h := newStuck(t)
 	ts := startServer(t, Config{}, h, false)
 	p := newPeer(t, ts)
 	goaway := readUntilGoAway(p)
 	var sent int
 	for id := uint32(1); id < 20000; id += 2 {
-		get(p, id, true)
+		if tryGet(p, id, true) != nil {
+			break // the server hung up
+		}
 		if err := p.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
 			break // the server hung up
 		}
@@ -108,7 +130,7 @@ func TestRapidReset(t *testing.T) {
 		t.Fatalf("%d handlers ran at once, want at most 128", peak)
 	}
 	t.Logf("%d streams sent and reset, %d handlers started, peak %d", sent, h.started.Load(), h.peak.Load())
-	close(h.release)
+	h.free()
 	p.nc.Close()
 	goroutinesBack(t, base)
 }
@@ -119,13 +141,15 @@ func TestRapidReset(t *testing.T) {
 // received ones.
 func TestMadeYouReset(t *testing.T) {
 	base := runtime.NumGoroutine()
-	h := newStuck()
+	h := newStuck(t)
 	ts := startServer(t, Config{}, h, false)
 	p := newPeer(t, ts)
 	goaway := readUntilGoAway(p)
 	sent := 0
 	for id := uint32(1); id < 20000; id += 2 {
-		get(p, id, false)
+		if tryGet(p, id, false) != nil {
+			break // the server hung up
+		}
 		if err := p.fr.WriteWindowUpdate(id, maxWindow); err != nil {
 			break
 		}
@@ -137,7 +161,7 @@ func TestMadeYouReset(t *testing.T) {
 	if peak := h.peak.Load(); peak > 128 {
 		t.Fatalf("%d handlers ran at once, want at most 128", peak)
 	}
-	close(h.release)
+	h.free()
 	p.nc.Close()
 	goroutinesBack(t, base)
 }
@@ -145,7 +169,7 @@ func TestMadeYouReset(t *testing.T) {
 // TestStreamsBeyondLimit: a stream beyond MAX_CONCURRENT_STREAMS is refused, and a
 // refused stream's handler never starts.
 func TestStreamsBeyondLimit(t *testing.T) {
-	h := newStuck()
+	h := newStuck(t)
 	ts := startServer(t, Config{MaxConcurrentStreams: 4}, h, false)
 	p := newPeer(t, ts)
 	for id := uint32(1); id <= 7; id += 2 {
@@ -159,7 +183,7 @@ func TestStreamsBeyondLimit(t *testing.T) {
 	if n := h.started.Load(); n != 4 {
 		t.Fatalf("%d handlers started, want 4", n)
 	}
-	close(h.release)
+	h.free()
 	// With the slots free again, a new stream is served.
 	answered := map[uint32]bool{}
 	for len(answered) < 4 {
@@ -336,7 +360,7 @@ func TestControlFloods(t *testing.T) {
 	for name, send := range floods {
 		t.Run(name, func(t *testing.T) {
 			base := runtime.NumGoroutine()
-			h := newStuck()
+			h := newStuck(t)
 			ts := startServer(t, Config{}, h, false)
 			p := newPeer(t, ts)
 			goaway := readUntilGoAway(p)
@@ -347,7 +371,7 @@ func TestControlFloods(t *testing.T) {
 			if code != http2.ErrCodeEnhanceYourCalm {
 				t.Fatalf("GOAWAY code %v, want ENHANCE_YOUR_CALM", code)
 			}
-			close(h.release)
+			h.free()
 			p.nc.Close()
 			goroutinesBack(t, base)
 		})
@@ -508,7 +532,7 @@ func TestPrefaceNeverFinished(t *testing.T) {
 // TestGracefulShutdown: GOAWAY(NO_ERROR) with the last stream id, the stream in
 // progress completes, a newer stream is ignored, then the connection closes.
 func TestGracefulShutdown(t *testing.T) {
-	h := newStuck()
+	h := newStuck(t)
 	ts := startServer(t, Config{}, h, false)
 	p := newPeer(t, ts)
 	get(p, 1, true)
@@ -527,7 +551,7 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 	}
 	get(p, 3, true) // above the last stream id: ignored
-	close(h.release)
+	h.free()
 	if st := p.expectResponse(1); st != "200" {
 		t.Fatalf("status %s", st)
 	}
