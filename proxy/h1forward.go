@@ -2,10 +2,8 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -298,32 +296,17 @@ func (s *h1FwdSink) appendPrior(k uint8) []byte {
 	return b
 }
 
-// exchange sends w.wb to addr over a pooled or new connection and reads the response
-// head into w.up. A pooled connection that turns out dead before any response byte is
-// replaced once by a new one under the pools' rule (upstream.MayReplay).
+// exchange sends w.wb to addr (Server.exchange, exchange.go) and reads the response
+// head into w.up.
 func (c *h1Conn) exchange(w *h1Work, addr string) (*upstream.Conn, error) {
-	ps := c.s.up.Pools
-	uc := ps.Get(addr, c.s.up.now())
-	for retried := false; ; retried = true {
-		if uc == nil {
-			var err error
-			if uc, err = ps.Dial(context.Background(), addr); err != nil {
-				return nil, err
-			}
-		}
-		err := c.roundTrip(w, uc)
-		if err == nil {
-			return uc, nil
-		}
-		// The body is in memory: nothing was taken from the client that a new
-		// connection could not send again.
-		if upstream.MayReplay(uc, retried, err, false, replayable(&w.req)) {
-			uc = nil
-			continue
-		}
-		return nil, err
-	}
+	// The body is in memory: nothing was taken from the client that a new connection
+	// could not send again.
+	return c.s.exchange(&w.upWork, addr, c.now, c, replayable(&w.req))
 }
+
+// clientGone reports a client that closed or reset its connection while its target
+// thinks (we read nothing from the client meanwhile, unlike net/http's background read).
+func (c *h1Conn) clientGone() bool { return peerHungUp(c.rawConn()) }
 
 // replayable applies upstream.Replayable to req.
 func replayable(req *h1wire.Request) bool {
@@ -335,92 +318,6 @@ func replayable(req *h1wire.Request) bool {
 		}
 	}
 	return upstream.Replayable(string(req.Method()), req.ContentLength > 0, keyed)
-}
-
-// roundTrip writes the request and reads the response head (skipping 1xx interim
-// answers). On error uc is closed.
-func (c *h1Conn) roundTrip(w *h1Work, uc *upstream.Conn) error {
-	ps := c.s.up.Pools
-	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
-	if _, err := uc.Write(w.wb); err != nil {
-		uc.Close()
-		return err
-	}
-	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
-	// so that a client that went away does not leave its request running on the target
-	// (we read nothing from the client meanwhile, unlike net/http's background read).
-	deadline := c.now.Add(ps.HeaderTimeout)
-	next := c.now.Add(h1ClientWatch)
-	_ = uc.SetReadDeadline(earliest(deadline, next))
-	buf := w.up[h1Headroom:]
-	filled, scanned := 0, 0
-	var rerr error
-	for n1xx := 0; ; {
-		// A head may already be buffered (a 1xx and the final answer in one segment).
-		if hl := h1wire.HeadEnd(buf[:filled], scanned); hl >= 0 {
-			err := h1wire.ParseResponse(&w.res, buf[:hl], w.resFields[:])
-			if err == h1wire.ErrTooManyFields {
-				// Rare: parse again with room for every line the head can hold.
-				err = h1wire.ParseResponse(&w.res, buf[:hl], make([]h1wire.Field, 0, hl/4))
-			}
-			if err == nil && w.res.Status < 200 {
-				n1xx++
-				err = ps.Interim(w.res.Status, n1xx)
-			}
-			if err != nil {
-				uc.Close()
-				return err
-			}
-			if w.res.Status < 200 {
-				filled = copy(buf, buf[hl:filled])
-				scanned = 0
-				continue
-			}
-			w.resHead, w.filled = hl, filled
-			return nil
-		}
-		if scanned < filled && bytes.Contains(buf[max(scanned-1, 0):filled], lflf) {
-			uc.Close()
-			return h1wire.ErrBadResponse // bare LF line ends: refused at once, not at the header timeout
-		}
-		scanned = filled
-		if rerr != nil {
-			var ne net.Error
-			timeout := errors.As(rerr, &ne) && ne.Timeout()
-			if timeout {
-				if now := time.Now(); now.Before(deadline) {
-					if peerHungUp(c.rawConn()) {
-						uc.Close()
-						return errClientGone
-					}
-					_ = uc.SetReadDeadline(earliest(deadline, now.Add(h1ClientWatch)))
-					rerr = nil
-					continue
-				}
-			}
-			uc.Close()
-			switch {
-			case timeout:
-				return upstream.ErrHeaderTimeout
-			case rerr == io.EOF && filled > 0:
-				return io.ErrUnexpectedEOF
-			}
-			return rerr
-		}
-		if filled == len(buf) {
-			if int64(len(buf)) >= ps.MaxHeaderBytes {
-				uc.Close()
-				return upstream.ErrHeaderTooLong
-			}
-			nb := make([]byte, h1Headroom+2*len(buf))
-			copy(nb[h1Headroom:], buf[:filled])
-			w.up = nb
-			buf = nb[h1Headroom:]
-		}
-		var nr int
-		nr, rerr = uc.Read(buf[filled:])
-		filled += nr
-	}
 }
 
 // Body framing of a relayed response.

@@ -95,32 +95,23 @@ type h1Conn struct {
 // h1Work is what one request needs beyond the connection: parsed heads, the outgoing
 // buffer and the upstream read buffer. It is pooled, so idle connections hold none.
 type h1Work struct {
+	upWork
 	req       h1wire.Request
-	res       h1wire.Response
 	reqFields [h1wire.MaxFields]h1wire.Field
-	resFields [h1wire.MaxFields]h1wire.Field
-	wb        []byte
-	ubuf      [h1Headroom + h1UpBuf]byte
-	up        []byte    // ubuf, or a larger buffer for a huge response head
-	resHead   int       // length of the response head in up[h1Headroom:]
-	filled    int       // bytes read into up[h1Headroom:]
 	fwd       h1FwdSink // buildRequest's forwarding-field sink
 }
 
 var h1Works = sync.Pool{New: func() any {
-	w := &h1Work{wb: make([]byte, 0, 4<<10)}
-	w.up = w.ubuf[:]
+	w := new(h1Work)
+	w.init()
 	return w
 }}
 
 func getWork() *h1Work { return h1Works.Get().(*h1Work) }
 
 func putWork(w *h1Work) {
-	w.req, w.res = h1wire.Request{}, h1wire.Response{}
-	w.up = w.ubuf[:]
-	if cap(w.wb) > 64<<10 {
-		w.wb = make([]byte, 0, 4<<10)
-	}
+	w.req = h1wire.Request{}
+	w.reset()
 	h1Works.Put(w)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -432,6 +433,35 @@ func scanPieces(t *testing.T, b []byte, sizes []int) (n int, done bool, err erro
 	return off, false, nil
 }
 
+// decodePieces feeds a copy of b, a whole chunked body, to Decode in pieces and returns
+// the content and the trailer section.
+func decodePieces(t *testing.T, b []byte, sizes []int) (data, trailer []byte) {
+	t.Helper()
+	b = bytes.Clone(b)
+	var s ChunkScanner
+	off := 0
+	for i := 0; off < len(b); i++ {
+		k := len(b) - off
+		if i < len(sizes) && sizes[i] < k {
+			k = sizes[i]
+		}
+		m, d, fin, err := s.Decode(b[off : off+k])
+		if err != nil || d > m {
+			t.Fatalf("Decode: %d of %d bytes, %d data, %v", m, k, d, err)
+		}
+		data = append(data, b[off:off+d]...)
+		off += m
+		if fin {
+			if off != len(b) {
+				t.Fatalf("Decode ended at %d of %d", off, len(b))
+			}
+			return data, s.Trailer
+		}
+	}
+	t.Fatalf("Decode did not end the body")
+	return nil, nil
+}
+
 const chunkedPrefix = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 // checkChunkedAgainstNetHTTP scans b whole, byte by byte and in pieces sized by cuts
@@ -469,10 +499,28 @@ func checkChunkedAgainstNetHTTP(t *testing.T, b, cuts []byte) {
 		if rerr != nil {
 			t.Fatalf("reading the head: %v", rerr)
 		}
-		if _, rerr = io.ReadAll(res.Body); rerr != nil {
+		content, rerr := io.ReadAll(res.Body)
+		if rerr != nil {
 			t.Fatalf("scanner accepts the body %q (%d bytes), net/http refuses it: %v", truncQ(b[:n]), n, rerr)
 		}
 		res.Body.Close()
+		// Decode, in the same pieces, yields what net/http's reader does: the content
+		// and the trailers.
+		for name, sz := range map[string][]int{"whole": nil, "byte by byte": ones, "cut": sizes} {
+			data, tr := decodePieces(t, b[:n], sz)
+			if !bytes.Equal(data, content) {
+				t.Fatalf("%s: Decode gives content %q, net/http %q", name, truncQ(data), truncQ(content))
+			}
+			got := http.Header{}
+			EachTrailer(tr, func(k, v []byte) { got.Add(string(k), string(v)) })
+			want := res.Trailer
+			if len(want) == 0 {
+				want = http.Header{}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: Decode gives trailers %q, net/http %q", name, got, want)
+			}
+		}
 		consumed := len(in) - rd.Len() - br.Buffered()
 		if consumed != len(chunkedPrefix)+n {
 			t.Fatalf("body %q: scanner ends it after %d bytes, net/http after %d", truncQ(b[:n]), n, consumed-len(chunkedPrefix))

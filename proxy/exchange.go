@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"time"
+
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
+)
+
+// The byte-level exchange with a target, shared by the HTTP/1.1 fast path
+// (h1forward.go) and the own HTTP/2 server (h2bytes.go): the front-end writes the
+// outgoing request into upWork.wb, Server.exchange sends it over a pooled or new
+// connection and reads the response head into upWork.up, parsed by h1wire. No
+// http.Request or http.Response is made.
+
+// upWork is one exchange's work area, pooled inside the front-end's own.
+type upWork struct {
+	res       h1wire.Response
+	resFields [h1wire.MaxFields]h1wire.Field
+	wb        []byte // the outgoing request (and, later, the client's response head)
+	ubuf      [h1Headroom + h1UpBuf]byte
+	up        []byte // ubuf, or a larger buffer for a huge response head
+	resHead   int    // length of the response head in up[h1Headroom:]
+	filled    int    // bytes read into up[h1Headroom:]
+}
+
+func (w *upWork) init() {
+	w.wb = make([]byte, 0, 4<<10)
+	w.up = w.ubuf[:]
+}
+
+// reset prepares w for the pool.
+func (w *upWork) reset() {
+	w.res = h1wire.Response{}
+	w.up = w.ubuf[:]
+	if cap(w.wb) > 64<<10 {
+		w.wb = make([]byte, 0, 4<<10)
+	}
+}
+
+// clientWatch is how Server.exchange learns, while a target thinks, that the client
+// went away.
+type clientWatch interface{ clientGone() bool }
+
+// exchange sends w.wb to addr over a pooled or new connection and reads the response
+// head into w.up. A pooled connection that turns out dead before any response byte is
+// replaced once by a new one under the pools' rule (upstream.MayReplay); w.wb holds the
+// whole request, so nothing the client sent is lost by sending it again. now is the
+// request's start, from which the header timeout runs.
+func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch, replayable bool) (*upstream.Conn, error) {
+	ps := s.up.Pools
+	uc := ps.Get(addr, s.up.now())
+	for retried := false; ; retried = true {
+		if uc == nil {
+			var err error
+			if uc, err = ps.Dial(context.Background(), addr); err != nil {
+				return nil, err
+			}
+		}
+		err := s.roundTrip(w, uc, now, cw)
+		if err == nil {
+			return uc, nil
+		}
+		if upstream.MayReplay(uc, retried, err, false, replayable) {
+			uc = nil
+			continue
+		}
+		return nil, err
+	}
+}
+
+// roundTrip writes the request and reads the response head (skipping 1xx interim
+// answers). On error uc is closed.
+func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clientWatch) error {
+	ps := s.up.Pools
+	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
+	if _, err := uc.Write(w.wb); err != nil {
+		uc.Close()
+		return err
+	}
+	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
+	// so that a client that went away does not leave its request running on the target.
+	deadline := now.Add(ps.HeaderTimeout)
+	next := now.Add(h1ClientWatch)
+	_ = uc.SetReadDeadline(earliest(deadline, next))
+	buf := w.up[h1Headroom:]
+	filled, scanned := 0, 0
+	var rerr error
+	for n1xx := 0; ; {
+		// A head may already be buffered (a 1xx and the final answer in one segment).
+		if hl := h1wire.HeadEnd(buf[:filled], scanned); hl >= 0 {
+			err := h1wire.ParseResponse(&w.res, buf[:hl], w.resFields[:])
+			if err == h1wire.ErrTooManyFields {
+				// Rare: parse again with room for every line the head can hold.
+				err = h1wire.ParseResponse(&w.res, buf[:hl], make([]h1wire.Field, 0, hl/4))
+			}
+			if err == nil && w.res.Status < 200 {
+				n1xx++
+				err = ps.Interim(w.res.Status, n1xx)
+			}
+			if err != nil {
+				uc.Close()
+				return err
+			}
+			if w.res.Status < 200 {
+				filled = copy(buf, buf[hl:filled])
+				scanned = 0
+				continue
+			}
+			w.resHead, w.filled = hl, filled
+			return nil
+		}
+		if scanned < filled && bytes.Contains(buf[max(scanned-1, 0):filled], lflf) {
+			uc.Close()
+			return h1wire.ErrBadResponse // bare LF line ends: refused at once, not at the header timeout
+		}
+		scanned = filled
+		if rerr != nil {
+			var ne net.Error
+			timeout := errors.As(rerr, &ne) && ne.Timeout()
+			if timeout {
+				if now := time.Now(); now.Before(deadline) {
+					if cw.clientGone() {
+						uc.Close()
+						return errClientGone
+					}
+					_ = uc.SetReadDeadline(earliest(deadline, now.Add(h1ClientWatch)))
+					rerr = nil
+					continue
+				}
+			}
+			uc.Close()
+			switch {
+			case timeout:
+				return upstream.ErrHeaderTimeout
+			case rerr == io.EOF && filled > 0:
+				return io.ErrUnexpectedEOF
+			}
+			return rerr
+		}
+		if filled == len(buf) {
+			if int64(len(buf)) >= ps.MaxHeaderBytes {
+				uc.Close()
+				return upstream.ErrHeaderTooLong
+			}
+			nb := make([]byte, h1Headroom+2*len(buf))
+			copy(nb[h1Headroom:], buf[:filled])
+			w.up = nb
+			buf = nb[h1Headroom:]
+		}
+		var nr int
+		nr, rerr = uc.Read(buf[filled:])
+		filled += nr
+	}
+}
