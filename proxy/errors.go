@@ -39,6 +39,7 @@ const (
 	outcomeUnavailable                     // shutting down (no new tunnels): 503
 	outcomeBadRequest                      // a malformed or ambiguous request head: 400, then the connection closes
 	outcomeMisdirected                     // TLS: the connection's certificate does not cover the request's host: 421
+	outcomeExpectation                     // an Expect other than 100-continue: 417 (RFC 9110 §10.1.1), as net/http answers it
 )
 
 // status returns the HTTP status answered for o (0 for outcomes that answer nothing).
@@ -52,6 +53,8 @@ func (o outcome) status() int {
 		return http.StatusBadRequest
 	case outcomeMisdirected:
 		return http.StatusMisdirectedRequest
+	case outcomeExpectation:
+		return http.StatusExpectationFailed
 	case outcomeBodyTimeout:
 		return http.StatusRequestTimeout
 	case outcomeNoTable, outcomeUnavailable:
@@ -214,7 +217,7 @@ type fixedField struct {
 }
 
 // fixedAnswers holds the answer of every outcome that has one.
-var fixedAnswers = func() (t [outcomeMisdirected + 1]*fixedAnswer) {
+var fixedAnswers = func() (t [outcomeExpectation + 1]*fixedAnswer) {
 	for o := range t {
 		code := outcome(o).status()
 		if code == 0 {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,10 +355,12 @@ func TestH1HandOffKeepsConnection(t *testing.T) {
 	}
 }
 
-// TestH1OtherProtocols: connections the fast path does not serve reach net/http
-// (h2c prior knowledge on the plain port, h2 over TLS), and HTTP/1.1 over TLS takes the
-// fast path.
+// TestH1OtherProtocols: connections the HTTP/1.1 fast path does not serve (h2c prior
+// knowledge on the plain port, h2 over TLS) reach the HTTP/2 server, whose bodiless
+// requests the own server forwards as bytes too (h2bytes.go) and net/http's through
+// its request writer; HTTP/1.1 over TLS takes the fast path.
 func TestH1OtherProtocols(t *testing.T) {
+	ownH2 := os.Getenv("PROXY_TEST_HTTP2_SERVER") != HTTP2ServerStd
 	e := newEnv(t)
 	tg := echoTarget(t)
 	e.apply([]routeSpec{{host: h1Host, tls: &routetable.RouteTLS{CertificateID: "c1"}, backends: []string{tg.addr}}},
@@ -370,8 +373,8 @@ func TestH1OtherProtocols(t *testing.T) {
 		wantFast  bool
 		wantProto string // X-Forwarded-Proto at the target
 	}{
-		{"h2c prior knowledge", e.h2cClient(), "http://" + h1Host + "/h2c", 2, false, "http"},
-		{"h2 over TLS", e.tlsClient(true), "https://" + h1Host + "/h2", 2, false, "https"},
+		{"h2c prior knowledge", e.h2cClient(), "http://" + h1Host + "/h2c", 2, ownH2, "http"},
+		{"h2 over TLS", e.tlsClient(true), "https://" + h1Host + "/h2", 2, ownH2, "https"},
 		{"HTTP/1.1 over TLS", e.tlsClient(false), "https://" + h1Host + "/h1tls", 1, true, "https"},
 		{"HTTP/1.1 plain", e.h1Client(), "http://" + h1Host + "/h1", 1, true, "http"},
 	}

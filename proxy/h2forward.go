@@ -91,6 +91,10 @@ func (x *h2Req) route() {
 		x.answer(outcomeBadRequest)
 		return
 	}
+	if v, ok := rq.Get("expect"); ok && !strings.EqualFold(v, "100-continue") {
+		x.answer(outcomeExpectation) // before routing, as net/http's servers answer it
+		return
+	}
 	if x.challenge() {
 		return // ACME HTTP-01, before routing and redirects (h2challenge.go)
 	}
@@ -286,6 +290,10 @@ func (x *h2Req) outgoing(o *outbound) (*http.Request, *trackedBody, error) {
 // connect failure marks the target down and tries another target not yet tried, as long
 // as no body byte was consumed; nothing else is retried.
 func (x *h2Req) forward() {
+	if x.rq.NoBody {
+		x.forwardBytes() // the hot path (h2bytes.go)
+		return
+	}
 	s := x.f.s
 	o := new(outbound)
 	req, body, err := x.outgoing(o)

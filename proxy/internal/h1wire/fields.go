@@ -175,3 +175,7 @@ func IsHopByHop[T string | []byte](name T) bool {
 	}
 	return false
 }
+
+// RequestFieldKind classifies a request field name (any case) as the request parser
+// does, for front-ends that parse requests of their own (HTTP/2).
+func RequestFieldKind(name []byte) uint8 { return requestFieldKind(name) }
