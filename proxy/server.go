@@ -157,6 +157,9 @@ type Server struct {
 	// path hands off (h1serve.go); h1 tracks the connections it serves itself.
 	hoHTTP, hoHTTPS *handoffListener
 	h1              h1Set
+	// parker holds idle plain HTTP/1.1 connections without a goroutine (h1idle.go); nil
+	// where nothing parks. Serve sets it before it accepts anything.
+	parker *parker
 	// ownH2 serves HTTP/2 with proxy/internal/h2 (Config.HTTP2Server); h2 tracks those
 	// connections (h2serve.go).
 	ownH2 bool
@@ -384,6 +387,15 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	udp := s.h3.pc
 	tlsOn := s.httpsLn != nil
+	if canPark && s.httpLn != nil && s.cfg.IdleTimeout > h1ParkAfter {
+		pk, err := newParker(s)
+		if err != nil {
+			s.log.Warn("idle connections will not park", zap.Error(err))
+		} else {
+			s.parker = pk
+			s.h1.wg.Go(pk.run)
+		}
+	}
 	s.mu.Unlock()
 
 	errc := make(chan error, len(pairs)+1)
@@ -445,8 +457,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		<-s.shutDone // Serve owns the drain: return only when it is over
 	}
 	// Hijacked connections (WebSockets) outlive http.Server.Serve; their handler
-	// goroutines are ours to wait for, and so are the fast path's connections and the
-	// QUIC connection watchers.
+	// goroutines are ours to wait for, and so are the fast path's connections, the
+	// parker and the QUIC connection watchers. Nothing parks any more (the server
+	// drained or closed everything), so the parker stops.
+	if s.parker != nil {
+		s.parker.stop()
+	}
 	s.h1.wg.Wait()
 	s.tunnels.wg.Wait()
 	s.h3.conns.Wait()
