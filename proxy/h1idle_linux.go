@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"os"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 	"unsafe"
@@ -58,6 +60,12 @@ type parker struct {
 	seq     uint64 // the last park number given
 	asleep  bool   // run waits with no timeout (nothing was queued): a park must wake it
 	stopped bool
+
+	// The memory release after a wave of parks (Config.ReleaseIdleMemory).
+	lastPark    time.Duration // since epoch
+	wave        int           // parks since the last release
+	lastRelease time.Duration // since epoch; -releaseEvery at first
+	releasing   bool          // a release goroutine runs
 }
 
 // parkEntry is one park in the timeout queue.
@@ -77,6 +85,16 @@ const parkTick = 250 * time.Millisecond
 // parkBatch is how many events one EpollWait returns at most.
 const parkBatch = 128
 
+// The memory release after a wave of parks (Config.ReleaseIdleMemory): at least
+// releaseWave parks (8 MiB of read buffers back in the pool, and as many goroutine
+// stacks freed) since the last release, none for releaseQuiet, and releaseEvery since
+// the last release.
+const (
+	releaseWave  = 1024
+	releaseQuiet = time.Second
+	releaseEvery = time.Minute
+)
+
 func newParker(s *Server) (*parker, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -93,7 +111,7 @@ func newParker(s *Server) (*parker, error) {
 		_ = unix.Close(epfd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	return &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now()}, nil
+	return &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now(), lastRelease: -releaseEvery}, nil
 }
 
 // park registers c, whose serving goroutine is about to end; false when the connection
@@ -132,10 +150,12 @@ func (p *parker) park(c *h1Conn) bool {
 	if p.head == len(p.queue) {
 		p.queue, p.head = p.queue[:0], 0
 	}
+	p.lastPark = time.Since(p.epoch)
+	p.wave++
 	p.queue = append(p.queue, parkEntry{c: c, seq: seq, deadline: c.parkedDeadline().Sub(p.epoch)})
-	if p.asleep {
+	if p.asleep || p.wave == releaseWave && p.s.cfg.ReleaseIdleMemory {
 		p.asleep = false
-		p.signal()
+		p.signal() // run waits with no timeout, or without the release in view
 	}
 	return true
 }
@@ -230,10 +250,14 @@ func (p *parker) run() {
 			}
 		}
 		expired = p.expire(expired)
+		release, parked := p.releaseDue(), p.live
 		p.mu.Unlock()
-		for i, c := range ready {
+		if release {
 			// Added while run's own count holds the group above zero.
-			p.s.h1.wg.Go(c.unparked)
+			p.s.h1.wg.Go(func() { p.release(parked) })
+		}
+		for i, c := range ready {
+			p.s.h1.wg.Go(c.unparked) // as the release above
 			ready[i] = nil
 		}
 		for i, c := range expired {
@@ -293,7 +317,8 @@ func (p *parker) compact() {
 }
 
 // waitMillis is EpollWait's timeout: until the first tick after the oldest pending park's
-// deadline, or none (-1) when nothing is queued (a park wakes run then).
+// deadline or the next memory release, or none (-1) when there is neither (a park wakes
+// run then).
 func (p *parker) waitMillis() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -301,15 +326,74 @@ func (p *parker) waitMillis() int {
 		p.queue[p.head] = parkEntry{}
 		p.head++
 	}
-	if p.head == len(p.queue) {
+	due := time.Duration(-1)
+	if p.head < len(p.queue) {
+		due = p.queue[p.head].deadline
+	}
+	if at, ok := p.releaseAt(); ok && (due < 0 || at < due) {
+		due = at
+	}
+	if due < 0 {
 		p.asleep = true
 		return -1
 	}
 	p.asleep = false
-	d := p.queue[p.head].deadline - time.Since(p.epoch)
+	d := due - time.Since(p.epoch)
 	if d <= 0 {
 		return 0
 	}
 	d = (d + parkTick - 1) / parkTick * parkTick
 	return int(d / time.Millisecond)
+}
+
+// releaseAt is when the next memory release is due, if one is in view (under mu).
+func (p *parker) releaseAt() (time.Duration, bool) {
+	if !p.s.cfg.ReleaseIdleMemory || p.wave < releaseWave || p.releasing {
+		return 0, false
+	}
+	return max(p.lastPark+releaseQuiet, p.lastRelease+releaseEvery), true
+}
+
+// releaseDue reports whether a memory release is due now, and then marks it begun
+// (under mu).
+func (p *parker) releaseDue() bool {
+	at, ok := p.releaseAt()
+	if !ok || at > time.Since(p.epoch) {
+		return false
+	}
+	p.wave, p.lastRelease, p.releasing = 0, time.Since(p.epoch), true
+	return true
+}
+
+// releaseMsg is release's log line (Debug); the reliability suite waits for it.
+const releaseMsg = "returned idle connections' memory to the OS"
+
+// release returns the memory a wave of parks left behind to the operating system: the
+// read buffers went back to h1ReadBufs, which keeps them until the second collection
+// after, and the serving goroutines' stacks are freed at the next one; FreeOSMemory's
+// own collection is the second, and it then returns every free page at once instead of
+// leaving that to the background scavenger, which keeps what the heap goal of the burst
+// allows. An idle server would otherwise not collect for minutes (it allocates little).
+// It runs on its own goroutine so that run keeps serving readiness meanwhile.
+func (p *parker) release(parked int) {
+	start := time.Now()
+	runtime.GC()
+	debug.FreeOSMemory()
+	p.s.log.Debug(releaseMsg, zap.Int("parked", parked), zap.Duration("took", time.Since(start)))
+	p.mu.Lock()
+	p.releasing = false
+	if !p.stopped {
+		p.signal() // parks meanwhile may make the next release due
+	}
+	p.mu.Unlock()
+}
+
+// parkedNow is how many connections are parked (tests); 0 for a nil parker.
+func (p *parker) parkedNow() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live
 }

@@ -17,3 +17,4 @@ func (*parker) run()               {}
 func (*parker) stop()              {}
 func (*parker) park(*h1Conn) bool  { return false }
 func (*parker) claim(*h1Conn) bool { return false }
+func (*parker) parkedNow() int     { return 0 }
