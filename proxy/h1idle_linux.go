@@ -223,7 +223,7 @@ func (p *parker) run() {
 		_ = unix.Close(p.epfd)
 	}()
 	events := make([]unix.EpollEvent, parkBatch)
-	var ready, expired []*h1Conn
+	var ready, expired []*h1Conn // to serve, to close
 	for {
 		n, err := unix.EpollWait(p.epfd, events, p.waitMillis())
 		if err != nil && err != unix.EINTR {
@@ -243,11 +243,23 @@ func (p *parker) run() {
 				_, _ = unix.Read(p.wake, b[:])
 				continue
 			}
-			if fd < len(p.byFd) {
-				if c := p.byFd[fd]; c != nil && uint32(c.parkSeq) == uint32(ev.Pad) && p.unregister(c, h1Idle) {
-					ready = append(ready, c)
-				}
+			if fd < 0 || fd >= len(p.byFd) {
+				continue
 			}
+			c := p.byFd[fd]
+			if c == nil || uint32(c.parkSeq) != uint32(ev.Pad) || c.state.Load() != h1Parked {
+				continue // stale: claimed (and maybe parked again) since EpollWait returned
+			}
+			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && !p.pending(c) {
+				// The client hung up and sent nothing more: close here, without a
+				// goroutine and a read buffer only to read the end (a mass disconnect
+				// would otherwise be a burst of them).
+				p.unregister(c, h1Closing)
+				expired = append(expired, c)
+				continue
+			}
+			p.unregister(c, h1Idle)
+			ready = append(ready, c)
 		}
 		expired = p.expire(expired)
 		release, parked := p.releaseDue(), p.live
@@ -266,6 +278,23 @@ func (p *parker) run() {
 		}
 		ready, expired = ready[:0], expired[:0]
 	}
+}
+
+// pending reports whether the parked c has bytes to read (a request pipelined before
+// the client's FIN): one non-blocking MSG_PEEK (under mu).
+func (p *parker) pending(c *h1Conn) bool {
+	var b [1]byte
+	n := 0
+	_ = c.rawConn().Control(func(fd uintptr) {
+		for {
+			var err error
+			n, _, err = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	})
+	return n > 0
 }
 
 // expire claims the parked connections whose idle timeout has ended, appending them to

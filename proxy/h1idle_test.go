@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"runtime"
 	"sync"
 	"testing"
@@ -103,14 +104,25 @@ func TestParkedConnections(t *testing.T) {
 	// connection is closed and counted at once, not at its idle timeout.
 	_ = clients[0].c.Close()
 	waitFor(t, "the hung-up connection closed", func() bool { return e.openH1() == n-1 && parkedOn(e.srv) == n-1 })
+	// A request and the client's FIN arriving together on a parked connection: the
+	// request is served before the connection closes.
+	clients[1].send(get1("/then-fin"))
+	if err := clients[1].c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := clients[1].read("GET"); res.StatusCode != 200 {
+		t.Fatalf("a request sent with the FIN to a parked connection: %d", res.StatusCode)
+	}
+	clients[1].closed()
+	waitFor(t, "the half-closed connection closed", func() bool { return e.openH1() == n-2 && parkedOn(e.srv) == n-2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := e.srv.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	for i, rc := range clients[1:] {
+	for i, rc := range clients[2:] {
 		if n, err := rc.br.Read(make([]byte, 1)); err != io.EOF {
-			t.Fatalf("parked connection %d after Shutdown: read %d, %v; want EOF", i+1, n, err)
+			t.Fatalf("parked connection %d after Shutdown: read %d, %v; want EOF", i+2, n, err)
 		}
 	}
 	if got := e.openH1(); got != 0 {
