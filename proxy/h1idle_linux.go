@@ -75,11 +75,12 @@ type parkEntry struct {
 	deadline time.Duration // since epoch: when the idle timeout ends
 }
 
-// parkTick is the timeout check's granularity: run wakes at the first multiple of it
-// after the oldest park's deadline, so however many deadlines fall in a second, they
-// cost at most 1/parkTick wake-ups. A parked connection closes up to parkTick (plus
-// h1IdleSlack: its idle wait may have begun up to that much before the queue's order
-// says) after its IdleTimeout, never before.
+// parkTick is the timeout check's granularity: run rounds its wait for the oldest park's
+// deadline up to a multiple of parkTick and then closes everything due, so however many
+// deadlines fall in a second, they cost at most 1/parkTick wake-ups. A parked connection
+// closes at its idle deadline (dlSetAt+IdleTimeout, as when it waited on a goroutine) or
+// up to parkTick later, plus however far park order is from deadline order (connections
+// park h1ParkAfter after their dlSetAt, give or take scheduling), never earlier.
 const parkTick = 250 * time.Millisecond
 
 // parkBatch is how many events one EpollWait returns at most.
@@ -215,8 +216,8 @@ func (p *parker) stop() {
 }
 
 // run is the parker's goroutine: it starts a serving goroutine for each parked
-// connection that became readable (or hung up: the serving goroutine reads the end and
-// closes it) and closes those idle past their deadline, until stop.
+// connection that became readable, closes those whose client hung up with nothing left
+// to read and those idle past their deadline, until stop.
 func (p *parker) run() {
 	defer func() {
 		_ = unix.Close(p.wake)

@@ -121,16 +121,20 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 	// stacks) is what is alive, and RSS no longer holds the pages of the burst that
 	// opened the connections (their 8 KiB read buffers and grown stacks, ~100 MiB). A
 	// wave interrupted by a pause releases early and again a minute later: the line
-	// that counts is the one with every connection parked.
+	// that counts is the one with (nearly) every connection parked.
 	released := p.WaitLineFrom(from, 2*time.Minute, func(m map[string]any) bool {
 		n, _ := m["parked"].(float64)
-		return m["msg"] == "returned idle connections' memory to the OS" && n == idleConns
+		return m["msg"] == "returned idle connections' memory to the OS" && n >= idleConns*99/100
 	})
 	held := scrape(t, p.Admin)
 	goMem := held.get("go_memstats_heap_alloc_bytes") + held.get("go_memstats_stack_inuse_bytes") -
 		base.get("go_memstats_heap_alloc_bytes") - base.get("go_memstats_stack_inuse_bytes")
 	rss := held.get("process_resident_memory_bytes") - base.get("process_resident_memory_bytes")
-	goroutines := held.get("go_goroutines") - base.get("go_goroutines")
+	var goroutines float64
+	eventually(t, waitLimit, "no goroutine per idle connection", func() (bool, string) {
+		goroutines = scrape(t, p.Admin).get("go_goroutines") - base.get("go_goroutines")
+		return goroutines <= 10, fmt.Sprintf("%+.0f goroutines", goroutines)
+	})
 	t.Logf("%d idle connections: heap+stacks +%.1f MiB (%.0f B each: heap +%.1f MiB, stacks +%.1f MiB), RSS +%.1f MiB (%.0f B each; %.1f MiB in all), goroutines %+.0f; the release took %v",
 		idleConns, goMem/(1<<20), goMem/idleConns,
 		(held.get("go_memstats_heap_alloc_bytes")-base.get("go_memstats_heap_alloc_bytes"))/(1<<20),
@@ -141,9 +145,6 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 	}
 	if rss >= idleRSSBudget {
 		t.Errorf("%d idle connections add %.1f MiB to RSS, want under %d MiB", idleConns, rss/(1<<20), idleRSSBudget>>20)
-	}
-	if goroutines > 10 {
-		t.Errorf("%+.0f goroutines with %d idle connections: parked connections hold none", goroutines, idleConns)
 	}
 	// Still serving: a request on one of them is answered.
 	c := conns[idleConns/2]
