@@ -60,6 +60,8 @@ type parker struct {
 	seq     uint64 // the last park number given
 	asleep  bool   // run waits with no timeout (nothing was queued): a park must wake it
 	stopped bool
+	// addFailed: a registration failed and was logged (once per server).
+	addFailed bool
 
 	// The memory release after a wave of parks (Config.ReleaseIdleMemory).
 	lastPark    time.Duration // since epoch
@@ -135,7 +137,11 @@ func (p *parker) park(c *h1Conn) bool {
 		err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 		if err != nil {
 			fd = -1
-			p.s.log.Warn("an idle connection cannot park", zap.Error(os.NewSyscallError("epoll_ctl", err)))
+			if !p.addFailed { // once: the next ones most likely fail alike (ENOSPC, ENOMEM)
+				p.addFailed = true
+				p.s.log.Warn("an idle connection cannot park; such connections keep their goroutine",
+					zap.Error(os.NewSyscallError("epoll_ctl", err)))
+			}
 		}
 	})
 	if err != nil || fd < 0 {
