@@ -8,16 +8,30 @@ import (
 	"time"
 )
 
-// Idle connections without a read buffer or a grown stack.
+// Idle connections without a read buffer or a goroutine.
 //
 // A plain HTTP/1.1 connection that waited h1ParkAfter for its next request "parks": its
-// serving goroutine puts the 8 KiB read buffer back into a pool and ends, and a new
-// goroutine (starting with the runtime's smallest stack) waits until the socket is
-// readable without reading anything (waitReadable: a MSG_PEEK poll), then takes a buffer
-// and serves on. 10,000 idle keep-alive connections hold about 4 KiB each of Go memory
-// instead of 13 KiB (bench/README.md, reliability/idle_test.go). Busy connections never park: the hot path is unchanged
-// except for a pooled buffer instead of an allocated one. TLS connections do not park
-// (crypto/tls may hold decrypted bytes that a poll of the socket cannot see).
+// serving goroutine puts the 8 KiB read buffer back into a pool, hands the connection to
+// the server's parker and ends. On Linux the parker (h1idle_linux.go) is one goroutine per
+// Server that waits on an epoll instance of its own for any parked connection to become
+// readable; then it starts a serving goroutine for that connection, which takes a buffer
+// and serves on exactly as before. The parker also closes parked connections idle past
+// IdleTimeout, and Shutdown closes them at once like any idle connection. An idle
+// connection then costs only its connection state (about 1 KiB; bench/README.md,
+// reliability/idle_test.go) instead of a buffer and a goroutine stack. Busy connections
+// never park: the hot path is unchanged except for a pooled buffer instead of an
+// allocated one. TLS connections do not park (crypto/tls may hold decrypted bytes that a
+// poll of the socket cannot see). Elsewhere than Linux nothing parks (h1idle_other.go).
+//
+// Ownership. A connection belongs to exactly one party at a time: its serving goroutine,
+// or, in state h1Parked, the parker. Only a holder of parker.mu moves a connection into or
+// out of h1Parked (park, claim), and it adds or removes the epoll registration and the
+// parker's record in the same critical section. So whoever claims a parked connection
+// (the parker on readiness or at its idle deadline, Shutdown, closeNow) has removed its
+// descriptor from the epoll set (EPOLL_CTL_DEL) before anyone can close it, and a
+// descriptor number that the kernel hands to a later connection never meets a stale
+// registration. Nobody closes a parked connection without claiming it first (h1Set's
+// closeIdle and closeAll claim parked ones instead of closing them).
 
 // parkedTotal counts parks (tests watch it).
 var parkedTotal atomic.Int64
@@ -42,50 +56,29 @@ func (c *h1Conn) shouldPark(err error) bool {
 		time.Since(c.dlSetAt) < c.s.cfg.IdleTimeout && !c.s.draining.Load()
 }
 
-// h1Renew is how often a parked connection's goroutine is replaced by a new one: the
-// runtime starts goroutines with the average stack its last collection saw, so the
-// goroutines that parked while the serving ones were many start larger (4 KiB) than
-// those that park once idle ones are (2 KiB); stacks never shrink below 4 KiB.
-const h1Renew = 10 * time.Second
-
-// park ends the serving goroutine of an idle connection and waits for its next request
-// on a new one, owned like the first by the server's h1 wait group. The connection stays
-// in the h1 set in state h1Idle, so Shutdown closes it like any idle one.
-func (c *h1Conn) park() {
-	c.parking = false
-	parkedTotal.Add(1)
+// park gives the read buffer back and hands the idle connection to the parker. It
+// reports whether the parker took it; then the calling goroutine must end without
+// touching c again (the parker may already have started a new one for it). Otherwise
+// the connection is the caller's still: closed by Shutdown meanwhile (state h1Closing),
+// or the parker could not take it (stopped, or the registration failed).
+func (c *h1Conn) park() bool {
 	putReadBuf(c.rbuf)
 	c.rbuf = nil
-	c.spawnParked()
+	if !c.pk.park(c) {
+		return false
+	}
+	parkedTotal.Add(1)
+	return true
 }
 
-func (c *h1Conn) spawnParked() {
-	c.s.h1.wg.Add(1)
-	go func() {
-		defer c.s.h1.wg.Done()
-		c.parked()
-	}()
-}
-
-// parked waits for the socket to become readable until the idle timeout, then serves on;
-// every h1Renew it hands the wait to a new goroutine.
-func (c *h1Conn) parked() {
-	idleEnd := c.dlSetAt.Add(c.s.cfg.IdleTimeout)
-	renew := time.Now().Add(h1Renew)
-	_ = c.cc.SetReadDeadline(earliest(idleEnd, renew))
-	err := waitReadable(c.rawConn())
-	if err != nil && time.Now().Before(idleEnd) && c.state.Load() != h1Closing && !c.s.draining.Load() {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			c.spawnParked()
-			return
-		}
-	}
-	if err != nil || c.state.Load() == h1Closing || c.s.draining.Load() {
-		c.finish(false) // timed out, closed by Shutdown, or gone
-		return
-	}
+// unparked serves a parked connection that became readable, on a goroutine the parker
+// started (and the server's h1 wait group owns).
+func (c *h1Conn) unparked() {
 	c.rbuf = getReadBuf()
 	c.dlIdle = false // the next wait sets its deadline afresh
 	c.finish(c.loop())
 }
+
+// parkedDeadline is when a parked connection's idle timeout ends: IdleTimeout after its
+// idle wait began, as if it had kept waiting on its goroutine.
+func (c *h1Conn) parkedDeadline() time.Time { return c.dlSetAt.Add(c.s.cfg.IdleTimeout) }

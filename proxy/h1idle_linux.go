@@ -1,39 +1,435 @@
 package proxy
 
 import (
-	"io"
-	"syscall"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unsafe"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
-// canPark: Linux can wait for a socket to become readable without a buffer.
+// canPark: Linux can wait for idle connections without a goroutine each.
 const canPark = true
 
-// waitReadable blocks until rc has bytes to read, without reading them: a one-byte
-// MSG_PEEK whenever the runtime's poller says the socket is ready. The end of the stream
-// is io.EOF; the read deadline set on the connection applies.
-func waitReadable(rc syscall.RawConn) error {
-	var b [1]byte
-	var perr error
-	err := rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			switch {
-			case e == unix.EINTR:
-				continue
-			case e == unix.EAGAIN:
-				return false // not yet: wait for the poller
-			case e != nil:
-				perr = e
-			case n == 0:
-				perr = io.EOF
+// parker waits for parked connections (h1idle.go) on an epoll instance of its own, on
+// one goroutine per Server (run, owned by the server's h1 wait group and stopped by
+// stop, which Serve calls once nothing can park any more).
+//
+// A parked connection's descriptor sits in the runtime's netpoller (edge-triggered, no
+// goroutine waiting) and in this set at once, registered level-triggered with
+// EPOLLONESHOT: bytes or a hang-up that arrived before the registration are reported at
+// once, and each registration reports at most once. The descriptor is used as it is
+// (through syscall.RawConn.Control, which keeps it from being closed meanwhile), never
+// duplicated, so closing the connection leaves no copy behind.
+//
+// Invariant (all under mu): a connection is in state h1Parked if and only if it is in
+// byFd at its descriptor and registered in the epoll set with its current park number
+// (parkSeq) in the event's data. Leaving h1Parked (claim) removes both in the same
+// critical section, before the claimer does anything else with the connection; only the
+// claimer may then close it. Hence:
+//   - EPOLL_CTL_DEL always precedes the close, so a descriptor number reused by a new
+//     connection never has a registration of the old one;
+//   - an event that EpollWait returned before a claim, and that run looks at after it
+//     (the connection closed by Shutdown, or unparked and parked again, meanwhile), is
+//     stale: its park number does not match the connection now at that descriptor, or
+//     nothing is parked there, and it is ignored;
+//   - exactly one party (run on readiness or at the idle deadline, Shutdown's closeIdle,
+//     closeNow's closeAll, stop) wins a parked connection, so it is served or closed,
+//     and counted closed, once.
+type parker struct {
+	s     *Server
+	epfd  int // our epoll instance
+	wake  int // an eventfd in the set: stop, and a park into an empty queue
+	epoch time.Time
+
+	mu sync.Mutex
+	// byFd is the parked connection at each descriptor (nil: none). A slice indexed by
+	// descriptor: 8 bytes per descriptor number up to the highest parked, no per-park
+	// allocation.
+	byFd []*h1Conn
+	// queue holds the parks in the order they happened, for the idle timeout: entries
+	// of connections that left h1Parked since are stale and skipped (and compacted away
+	// when they outnumber the live ones).
+	queue   []parkEntry
+	head    int    // queue[head:] is pending
+	live    int    // connections parked now
+	seq     uint64 // the last park number given
+	asleep  bool   // run waits with no timeout (nothing was queued): a park must wake it
+	stopped bool
+	// addFailed: a registration failed and was logged (once per server).
+	addFailed bool
+
+	// The memory release after a wave of parks (Config.ReleaseIdleMemory).
+	lastPark    time.Duration // since epoch
+	wave        int           // parks since the last release
+	lastRelease time.Duration // since epoch; -releaseEvery at first
+	releasing   bool          // a release goroutine runs
+}
+
+// parkEntry is one park in the timeout queue.
+type parkEntry struct {
+	c        *h1Conn
+	seq      uint64
+	deadline time.Duration // since epoch: when the idle timeout ends
+}
+
+// parkTick is the timeout check's granularity: run rounds its wait for the oldest park's
+// deadline up to a multiple of parkTick and then closes everything due, so however many
+// deadlines fall in a second, they cost at most 1/parkTick wake-ups. A parked connection
+// closes at its idle deadline (dlSetAt+IdleTimeout, as when it waited on a goroutine) or
+// up to parkTick later, plus however far park order is from deadline order (connections
+// park h1ParkAfter after their dlSetAt, give or take scheduling), never earlier.
+const parkTick = 250 * time.Millisecond
+
+// parkBatch is how many events one EpollWait returns at most.
+const parkBatch = 128
+
+// The memory release after a wave of parks (Config.ReleaseIdleMemory): at least
+// releaseWave parks (8 MiB of read buffers back in the pool, and as many goroutine
+// stacks freed) since the last release, none for releaseQuiet, and releaseEvery since
+// the last release.
+const (
+	releaseWave  = 1024
+	releaseQuiet = time.Second
+	releaseEvery = time.Minute
+)
+
+func newParker(s *Server) (*parker, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake), Pad: -1}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
+		_ = unix.Close(wake)
+		_ = unix.Close(epfd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now(), lastRelease: -releaseEvery}, nil
+}
+
+// park registers c, whose serving goroutine is about to end; false when the connection
+// is not in state h1Idle any more (Shutdown closed it), the parker stopped, or the
+// registration failed (c is then as it was).
+func (p *parker) park(c *h1Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || !c.state.CompareAndSwap(h1Idle, h1Parked) {
+		return false
+	}
+	// From here c is h1Parked: closeIdle and closeAll claim it (under mu) instead of
+	// closing it, so its descriptor stays open while we hold mu.
+	p.seq++
+	seq := p.seq
+	var fd int
+	err := c.rawConn().Control(func(d uintptr) {
+		fd = int(d)
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd), Pad: int32(uint32(seq))}
+		err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+		if err != nil {
+			fd = -1
+			if !p.addFailed { // once: the next ones most likely fail alike (ENOSPC, ENOMEM)
+				p.addFailed = true
+				p.s.log.Warn("an idle connection cannot park; such connections keep their goroutine",
+					zap.Error(os.NewSyscallError("epoll_ctl", err)))
 			}
-			return true
 		}
 	})
-	if err != nil {
-		return err
+	if err != nil || fd < 0 {
+		c.state.Store(h1Idle) // nobody else moves it out of h1Parked: we hold mu
+		return false
 	}
-	return perr
+	if fd >= len(p.byFd) {
+		p.byFd = append(p.byFd, make([]*h1Conn, fd+1-len(p.byFd)+len(p.byFd)/2)...)
+	}
+	p.byFd[fd] = c
+	c.parkSeq, c.parkFd = seq, fd
+	p.live++
+	if p.head == len(p.queue) {
+		p.queue, p.head = p.queue[:0], 0
+	}
+	p.lastPark = time.Since(p.epoch)
+	p.wave++
+	p.queue = append(p.queue, parkEntry{c: c, seq: seq, deadline: c.parkedDeadline().Sub(p.epoch)})
+	if p.asleep || p.wave == releaseWave && p.s.cfg.ReleaseIdleMemory {
+		p.asleep = false
+		p.signal() // run waits with no timeout, or without the release in view
+	}
+	return true
+}
+
+// signal wakes run (under mu, so that run has not closed wake yet).
+func (p *parker) signal() {
+	one := uint64(1)
+	_, _ = unix.Write(p.wake, (*[8]byte)(unsafe.Pointer(&one))[:])
+}
+
+// claim takes the parked c out of the parker for the caller, who then closes it; false
+// when c is not parked (any more).
+func (p *parker) claim(c *h1Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unregister(c, h1Closing)
+}
+
+// unregister moves c from h1Parked to state to and removes its registration and record
+// (under mu); false when c is not parked.
+func (p *parker) unregister(c *h1Conn, to int32) bool {
+	if !c.state.CompareAndSwap(h1Parked, to) {
+		return false
+	}
+	// The descriptor is open (a parked connection is closed only by its claimer, after
+	// this), so DEL cannot hit another connection's registration; Control makes sure.
+	_ = c.rawConn().Control(func(fd uintptr) {
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	})
+	if p.byFd[c.parkFd] == c {
+		p.byFd[c.parkFd] = nil
+	}
+	p.live--
+	return true
+}
+
+// stop claims and closes whatever is still parked, stops run and makes park refuse.
+func (p *parker) stop() {
+	var left []*h1Conn
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return
+	}
+	p.stopped = true
+	for _, c := range p.byFd {
+		if c != nil && p.unregister(c, h1Closing) {
+			left = append(left, c)
+		}
+	}
+	p.queue, p.head = nil, 0
+	p.signal()
+	p.mu.Unlock()
+	for _, c := range left {
+		c.finish(false)
+	}
+}
+
+// run is the parker's goroutine: it starts a serving goroutine for each parked
+// connection that became readable, closes those whose client hung up with nothing left
+// to read and those idle past their deadline, until stop.
+func (p *parker) run() {
+	defer func() {
+		_ = unix.Close(p.wake)
+		_ = unix.Close(p.epfd)
+	}()
+	events := make([]unix.EpollEvent, parkBatch)
+	var ready, expired []*h1Conn // to serve, to close
+	for {
+		n, err := unix.EpollWait(p.epfd, events, p.waitMillis())
+		if err != nil && err != unix.EINTR {
+			// Only a bug makes epoll_wait fail (EBADF, EFAULT, EINVAL): log, do not spin.
+			p.s.log.Error("waiting for parked connections", zap.Error(os.NewSyscallError("epoll_wait", err)))
+			time.Sleep(parkTick)
+		}
+		p.mu.Lock()
+		if p.stopped {
+			p.mu.Unlock()
+			return
+		}
+		for _, ev := range events[:max(n, 0)] {
+			fd := int(ev.Fd)
+			if fd == p.wake && ev.Pad == -1 {
+				var b [8]byte
+				_, _ = unix.Read(p.wake, b[:])
+				continue
+			}
+			if fd < 0 || fd >= len(p.byFd) {
+				continue
+			}
+			c := p.byFd[fd]
+			if c == nil || uint32(c.parkSeq) != uint32(ev.Pad) || c.state.Load() != h1Parked {
+				continue // stale: claimed (and maybe parked again) since EpollWait returned
+			}
+			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && !p.pending(c) {
+				// The client hung up and sent nothing more: close here, without a
+				// goroutine and a read buffer only to read the end (a mass disconnect
+				// would otherwise be a burst of them).
+				p.unregister(c, h1Closing)
+				expired = append(expired, c)
+				continue
+			}
+			p.unregister(c, h1Idle)
+			ready = append(ready, c)
+		}
+		expired = p.expire(expired)
+		release, parked := p.releaseDue(), p.live
+		p.mu.Unlock()
+		if release {
+			// Added while run's own count holds the group above zero.
+			p.s.h1.wg.Go(func() { p.release(parked) })
+		}
+		for i, c := range ready {
+			p.s.h1.wg.Go(c.unparked) // as the release above
+			ready[i] = nil
+		}
+		for i, c := range expired {
+			c.finish(false)
+			expired[i] = nil
+		}
+		ready, expired = ready[:0], expired[:0]
+	}
+}
+
+// pending reports whether the parked c has bytes to read (a request pipelined before
+// the client's FIN): one non-blocking MSG_PEEK (under mu).
+func (p *parker) pending(c *h1Conn) bool {
+	var b [1]byte
+	n := 0
+	_ = c.rawConn().Control(func(fd uintptr) {
+		for {
+			var err error
+			n, _, err = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	})
+	return n > 0
+}
+
+// expire claims the parked connections whose idle timeout has ended, appending them to
+// out (under mu). It pops the queue's front while that is stale or due: the queue is in
+// park order, so this is a scan of what is due, not of everything parked.
+func (p *parker) expire(out []*h1Conn) []*h1Conn {
+	now := time.Since(p.epoch)
+	for p.head < len(p.queue) {
+		e := &p.queue[p.head]
+		if p.valid(e) {
+			if e.deadline > now {
+				break
+			}
+			p.unregister(e.c, h1Closing)
+			out = append(out, e.c)
+		}
+		*e = parkEntry{}
+		p.head++
+	}
+	p.compact()
+	return out
+}
+
+// valid reports whether e is the current park of a connection still parked.
+func (p *parker) valid(e *parkEntry) bool {
+	return e.c.state.Load() == h1Parked && e.c.parkSeq == e.seq
+}
+
+// compact drops the queue's consumed front and, when stale entries (connections that
+// unparked before their deadline) outnumber the live ones, those too: amortised, the
+// queue stays within a small factor of the connections parked.
+func (p *parker) compact() {
+	pending := len(p.queue) - p.head
+	if p.head > 1024 && p.head > pending {
+		n := copy(p.queue, p.queue[p.head:])
+		clear(p.queue[n:])
+		p.queue, p.head = p.queue[:n], 0
+	}
+	if pending > 1024 && pending > 2*p.live {
+		q := p.queue[:0]
+		for i := p.head; i < len(p.queue); i++ {
+			if p.valid(&p.queue[i]) {
+				q = append(q, p.queue[i])
+			}
+		}
+		clear(p.queue[len(q):])
+		p.queue, p.head = q, 0
+	}
+}
+
+// waitMillis is EpollWait's timeout: until the first tick after the oldest pending park's
+// deadline or the next memory release, or none (-1) when there is neither (a park wakes
+// run then).
+func (p *parker) waitMillis() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.head < len(p.queue) && !p.valid(&p.queue[p.head]) {
+		p.queue[p.head] = parkEntry{}
+		p.head++
+	}
+	due := time.Duration(-1)
+	if p.head < len(p.queue) {
+		due = p.queue[p.head].deadline
+	}
+	if at, ok := p.releaseAt(); ok && (due < 0 || at < due) {
+		due = at
+	}
+	if due < 0 {
+		p.asleep = true
+		return -1
+	}
+	p.asleep = false
+	d := due - time.Since(p.epoch)
+	if d <= 0 {
+		return 0
+	}
+	d = (d + parkTick - 1) / parkTick * parkTick
+	return int(d / time.Millisecond)
+}
+
+// releaseAt is when the next memory release is due, if one is in view (under mu).
+func (p *parker) releaseAt() (time.Duration, bool) {
+	if !p.s.cfg.ReleaseIdleMemory || p.wave < releaseWave || p.releasing {
+		return 0, false
+	}
+	return max(p.lastPark+releaseQuiet, p.lastRelease+releaseEvery), true
+}
+
+// releaseDue reports whether a memory release is due now, and then marks it begun
+// (under mu).
+func (p *parker) releaseDue() bool {
+	at, ok := p.releaseAt()
+	if !ok || at > time.Since(p.epoch) {
+		return false
+	}
+	p.wave, p.lastRelease, p.releasing = 0, time.Since(p.epoch), true
+	return true
+}
+
+// releaseMsg is release's log line (Debug); the reliability suite waits for it.
+const releaseMsg = "returned idle connections' memory to the OS"
+
+// release returns the memory a wave of parks left behind to the operating system: the
+// read buffers went back to h1ReadBufs, which keeps them until the second collection
+// after, and the serving goroutines' stacks are freed at the next one; FreeOSMemory's
+// own collection is the second, and it then returns every free page at once instead of
+// leaving that to the background scavenger, which keeps what the heap goal of the burst
+// allows. An idle server would otherwise not collect for minutes (it allocates little).
+// It runs on its own goroutine so that run keeps serving readiness meanwhile.
+func (p *parker) release(parked int) {
+	start := time.Now()
+	runtime.GC()
+	debug.FreeOSMemory()
+	p.s.log.Debug(releaseMsg, zap.Int("parked", parked), zap.Duration("took", time.Since(start)))
+	p.mu.Lock()
+	p.releasing = false
+	if !p.stopped {
+		p.signal() // parks meanwhile may make the next release due
+	}
+	p.mu.Unlock()
+}
+
+// parkedNow is how many connections are parked (tests); 0 for a nil parker.
+func (p *parker) parkedNow() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live
 }

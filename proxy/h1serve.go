@@ -45,8 +45,7 @@ const (
 	// saves a timer update per request on busy connections.
 	h1IdleSlack = time.Second
 	// h1ParkAfter: a plain connection idle for between h1ParkAfter-h1IdleSlack and
-	// h1ParkAfter gives its read buffer back and waits on a fresh, small goroutine
-	// (h1idle.go).
+	// h1ParkAfter gives its read buffer back and waits without a goroutine (h1idle.go).
 	h1ParkAfter = 2 * time.Second
 )
 
@@ -55,14 +54,16 @@ const (
 	h1Idle                 // waiting for the next request
 	h1Active               // reading or serving a request
 	h1Closing              // Shutdown closed it
+	h1Parked               // the parker holds it; it has no goroutine (h1idle.go)
 )
 
 // h1NewGrace is how long Shutdown leaves a new connection that has sent nothing yet
 // (net/http's rule): its first request may be on the way.
 const h1NewGrace = 5 * time.Second
 
-// h1Conn is one client connection on the fast path. Its fields belong to its goroutine,
-// except state, which Shutdown reads and swaps.
+// h1Conn is one client connection on the fast path. Its fields belong to its goroutine
+// (or to the parker while it is parked), except state, which Shutdown reads and swaps,
+// and parkSeq, which is the parker's (under its lock).
 type h1Conn struct {
 	s       *Server
 	cc      *clientConn
@@ -83,8 +84,11 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
-	parkable bool                // plain TCP on a platform that can wait without a buffer (h1idle.go)
+	parkable bool                // plain TCP, and the server has a parker (h1idle.go)
 	parking  bool                // run returned to park the idle connection
+	pk       *parker             // the server's parker, when parkable
+	parkSeq  uint64              // the parker's number for the connection's current park
+	parkFd   int                 // the descriptor it is parked at (the parker's)
 	started  time.Time           // accepted at
 	now      time.Time           // read once per request
 	closing  bool                // the current response says Connection: close; then the conn closes
@@ -144,25 +148,58 @@ func (set *h1Set) remove(c *h1Conn) {
 
 // closeIdle closes the connections that wait for a request and reports how many are
 // left (busy ones finish their request and close, because the server is draining).
+// Parked ones are claimed from the parker first and closed here, with their accounting,
+// once the set's lock is released.
 func (set *h1Set) closeIdle() int {
+	var parked []*h1Conn
 	set.mu.Lock()
-	defer set.mu.Unlock()
 	for c := range set.m {
-		if c.state.CompareAndSwap(h1Idle, h1Closing) ||
-			time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing) {
+		switch {
+		case c.state.Load() == h1Parked:
+			if c.pk.claim(c) {
+				parked = append(parked, c)
+				delete(set.m, c) // finish's remove finds it gone
+			}
+		case c.state.CompareAndSwap(h1Idle, h1Closing) ||
+			time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing):
 			_ = c.cc.Conn.Close()
 		}
 	}
-	return len(set.m)
+	n := len(set.m)
+	set.mu.Unlock()
+	for _, c := range parked {
+		c.finish(false)
+	}
+	return n
 }
 
+// closeAll closes every connection and refuses new ones. Parked connections are claimed
+// from the parker (never closed under it); the others are marked h1Closing with a CAS,
+// so that a connection that parks meanwhile is claimed on the next turn instead.
 func (set *h1Set) closeAll() {
+	var parked []*h1Conn
 	set.mu.Lock()
-	defer set.mu.Unlock()
 	set.closed = true
 	for c := range set.m {
-		c.state.Store(h1Closing)
-		_ = c.cc.Conn.Close()
+		for {
+			st := c.state.Load()
+			if st == h1Parked {
+				if c.pk.claim(c) {
+					parked = append(parked, c)
+					delete(set.m, c)
+					break
+				}
+				continue // unparked meanwhile: it has a goroutine again
+			}
+			if c.state.CompareAndSwap(st, h1Closing) {
+				_ = c.cc.Conn.Close()
+				break
+			}
+		}
+	}
+	set.mu.Unlock()
+	for _, c := range parked {
+		c.finish(false)
 	}
 }
 
@@ -208,12 +245,22 @@ func (c *h1Conn) serve() {
 }
 
 // finish ends a serving goroutine: it parks the idle connection (h1idle.go), hands it
-// to net/http or closes it.
+// to net/http or closes it. It also closes a parked connection its claimer owns.
 func (c *h1Conn) finish(handoff bool) {
 	s := c.s
-	if c.parking {
-		c.park()
-		return
+	for c.parking {
+		c.parking = false
+		if c.park() {
+			return // the parker owns it now
+		}
+		if c.state.Load() == h1Closing || s.draining.Load() {
+			break // Shutdown closed it meanwhile
+		}
+		// The parker could not take it: serve on without parking.
+		c.parkable = false
+		c.rbuf = getReadBuf()
+		c.dlIdle = false
+		handoff = c.loop()
 	}
 	s.h1.remove(c)
 	s.totals.Conn(stats.Proto(c.cc.proto.Load()), -1)
@@ -257,7 +304,9 @@ func (c *h1Conn) run() (handoff bool) {
 	}
 	c.ip = clientIP(c.cc.RemoteAddr().String())
 	c.trusted = s.isTrusted(c.ip)
-	c.parkable = canPark && !c.secure && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil
+	if pk := s.parker; pk != nil && !c.secure && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil {
+		c.parkable, c.pk = true, pk
+	}
 	c.rbuf = getReadBuf()
 	return c.loop()
 }

@@ -212,6 +212,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		GetCertificate:        in.acmeGetCertificate(),
 		NextProtos:            in.acmeNextProtos(),
 		HTTPChallenge:         in.acmeHTTPChallenge(),
+		ReleaseIdleMemory:     true,
 	})
 	if err != nil {
 		return nil, configError{err}

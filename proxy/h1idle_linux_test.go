@@ -1,0 +1,52 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+)
+
+// TestParkQueueCompacts: the timeout queue drops the entries of connections that left
+// the parker (unparked before their deadline) once they outnumber the live ones, keeps
+// the live ones in park order, and waits for the oldest live deadline, not a stale one.
+func TestParkQueueCompacts(t *testing.T) {
+	p := &parker{s: &Server{}, epoch: time.Now()}
+	var live []*h1Conn
+	for i := range 3000 {
+		c := &h1Conn{}
+		p.seq++
+		c.parkSeq = p.seq
+		e := parkEntry{c: c, seq: p.seq, deadline: time.Hour + time.Duration(i)*time.Millisecond}
+		if i%300 == 299 {
+			c.state.Store(h1Parked)
+			live = append(live, c)
+		} else {
+			c.state.Store(h1Idle) // unparked since: a stale entry
+		}
+		p.queue = append(p.queue, e)
+	}
+	// One stale re-park: the connection is parked again under a newer number.
+	again := p.queue[0].c
+	again.state.Store(h1Parked)
+	p.seq++
+	again.parkSeq = p.seq
+	p.queue = append(p.queue, parkEntry{c: again, seq: p.seq, deadline: 2 * time.Hour})
+	live = append(live, again)
+	p.live = len(live)
+
+	p.mu.Lock()
+	p.compact()
+	p.mu.Unlock()
+	if got := len(p.queue) - p.head; got != len(live) {
+		t.Fatalf("%d entries after compaction, want the %d live ones", got, len(live))
+	}
+	for i, e := range p.queue[p.head:] {
+		if e.c != live[i] || !p.valid(&e) {
+			t.Fatalf("entry %d after compaction is not live connection %d in park order", i, i)
+		}
+	}
+	ms := p.waitMillis()
+	want := time.Hour + 299*time.Millisecond
+	if d := time.Duration(ms) * time.Millisecond; d < want-time.Second || d > want+parkTick {
+		t.Fatalf("waits %s, want about %s (the oldest live deadline, rounded up to parkTick)", d, want)
+	}
+}
