@@ -80,18 +80,16 @@ func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch,
 func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clientWatch) error {
 	ps := s.up.Pools
 	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
-	if _, err := uc.Write(w.wb); err != nil {
-		uc.Close()
-		return err
-	}
 	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
 	// so that a client that went away does not leave its request running on the target.
 	deadline := now.Add(ps.HeaderTimeout)
 	next := now.Add(h1ClientWatch)
 	_ = uc.SetReadDeadline(earliest(deadline, next))
 	buf := w.up[h1Headroom:]
-	filled, scanned := 0, 0
-	var rerr error
+	// The request, then the first bytes of the answer (a failed write ends below, as a
+	// failed read does: the connection is closed and the error returned).
+	filled, rerr := uc.WriteRead(w.wb, buf)
+	scanned := 0
 	for n1xx := 0; ; {
 		// A head may already be buffered (a 1xx and the final answer in one segment).
 		if hl := h1wire.HeadEnd(buf[:filled], scanned); hl >= 0 {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,5 +286,76 @@ func TestLargeResponseHead(t *testing.T) {
 	res.Body.Close()
 	if res.Header.Get("X-Big") != big || string(b) != "ok" {
 		t.Fatalf("header of %d bytes, body %q", len(res.Header.Get("X-Big")), b)
+	}
+}
+
+// TestValidRequestURI: validRequestURI agrees with url.ParseRequestURI on paths, the
+// nasty ones included (the engine refuses what a request line could not carry).
+func TestValidRequestURI(t *testing.T) {
+	for _, p := range []string{"/", "/a?b", "/%41", "/%4", "/%zz", "/a?%zz", "/a?%", "/%", "/a%2", "/a b",
+		"/a\x00", "/a\x7f", "/a?\x01", "//x", "/a?b?c", "/a#b", "/a?", "/\u00e9", "/%2F%2f", "/a%", "/a?b%4"} {
+		_, err := url.ParseRequestURI(p)
+		if got := validRequestURI(p); got != (err == nil) {
+			t.Errorf("%q: validRequestURI %v, url.ParseRequestURI %v", p, got, err)
+		}
+	}
+}
+
+func FuzzValidRequestURI(f *testing.F) {
+	for _, p := range []string{"/", "/a?b", "/%41", "/%zz", "/a?%zz", "/a\x00"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if p == "" || p[0] != '/' {
+			return
+		}
+		_, err := url.ParseRequestURI(p)
+		if got := validRequestURI(p); got != (err == nil) {
+			t.Errorf("%q: validRequestURI %v, url.ParseRequestURI %v", p, got, err)
+		}
+	})
+}
+
+// TestStreamContext: the stream's context is cancelled once; Done made before or after
+// the cancel is closed; functions registered with context.AfterFunc (directly or through
+// a child of context.WithCancel) run after the cancel, unless stopped before; values come
+// from the connection's context.
+func TestStreamContext(t *testing.T) {
+	type key struct{}
+	var c streamCtx
+	c.parent = context.WithValue(context.Background(), key{}, "v")
+	early := c.Done()
+	ran := make(chan string, 3)
+	stop1 := context.AfterFunc(&c, func() { ran <- "kept" })
+	stop2 := context.AfterFunc(&c, func() { ran <- "stopped" })
+	child, cancelChild := context.WithCancel(&c)
+	defer cancelChild()
+	if !stop2() {
+		t.Fatal("stop before the cancel reported false")
+	}
+	if c.Err() != nil || c.Value(key{}) != "v" {
+		t.Fatalf("before the cancel: %v, value %v", c.Err(), c.Value(key{}))
+	}
+	c.cancel()
+	c.cancel()
+	<-early
+	<-c.Done()
+	<-child.Done()
+	if got := <-ran; got != "kept" {
+		t.Fatalf("ran %q", got)
+	}
+	if stop1() {
+		t.Fatal("stop after the function started reported true")
+	}
+	if c.Err() != context.Canceled || child.Err() != context.Canceled {
+		t.Fatalf("after: %v, child %v", c.Err(), child.Err())
+	}
+	late := make(chan struct{})
+	context.AfterFunc(&c, func() { close(late) })
+	<-late // registered after the cancel: runs at once
+	select {
+	case s := <-ran:
+		t.Fatalf("%q ran", s)
+	default:
 	}
 }

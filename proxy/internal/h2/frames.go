@@ -1,7 +1,6 @@
 package h2
 
 import (
-	"context"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -105,7 +104,7 @@ func (c *Conn) startStream(st *Stream, h Handler) {
 	// Not a child of the connection's context: registering each stream with it would
 	// take its lock twice per stream. The connection cancels its streams itself (Close
 	// resets every open one; a stream is cancelled when reset and when its handler ends).
-	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(c.ctx))
+	st.ctx.parent = c.ctx
 	c.streams[st.id] = st
 	c.slots++
 	c.earnWindowUpdates()

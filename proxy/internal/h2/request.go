@@ -2,7 +2,6 @@ package h2
 
 import (
 	"errors"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -137,10 +136,8 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 		}
 		// A path a request line could not carry either (a broken %-escape) is refused
 		// as net/http's server refuses it, not passed on to be judged by a target.
-		if r.Path != "*" {
-			if _, err := url.ParseRequestURI(r.Path); err != nil {
-				return errBadPath
-			}
+		if r.Path != "*" && !validRequestURI(r.Path) {
+			return errBadPath
 		}
 	}
 	r.Fields = make([]hpack.HeaderField, 0, n-max(cookies-1, 0))
@@ -215,4 +212,28 @@ func parseContentLength(v string) (int64, error) {
 		}
 	}
 	return strconv.ParseInt(v, 10, 64)
+}
+
+// validRequestURI reports whether url.ParseRequestURI accepts p, a path starting with
+// '/', without its allocations: no control byte anywhere, and only complete %-escapes
+// before the query (TestValidRequestURI holds it to url.ParseRequestURI).
+func validRequestURI(p string) bool {
+	inPath := true
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c < 0x20 || c == 0x7f:
+			return false
+		case c == '?':
+			inPath = false
+		case c == '%' && inPath:
+			if i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

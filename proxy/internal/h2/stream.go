@@ -17,8 +17,7 @@ type Stream struct {
 	c      *Conn
 	id     uint32
 	req    Request
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx    streamCtx
 	// wake is signalled on every change a waiting Read or Write may care about.
 	wake   chan struct{}
 	rtimer *time.Timer // BodyTimeout for Read waits, created on the first wait
@@ -68,7 +67,7 @@ func (st *Stream) Request() *Request { return &st.req }
 
 // Context is cancelled when the stream is reset or the connection ends, and when the
 // handler returns.
-func (st *Stream) Context() context.Context { return st.ctx }
+func (st *Stream) Context() context.Context { return &st.ctx }
 
 // signal wakes the handler if it waits (c.mu held or not).
 func (st *Stream) signal() {
@@ -86,7 +85,7 @@ func (st *Stream) resetLocked(err error) {
 	st.reset = true
 	st.resetErr = err
 	st.out, st.outOff = nil, 0
-	st.cancel()
+	st.ctx.cancel()
 	st.signal()
 }
 
@@ -105,7 +104,7 @@ func (st *Stream) run(h Handler) {
 		if st.rtimer != nil {
 			st.rtimer.Stop()
 		}
-		st.cancel()
+		st.ctx.cancel()
 		if p != nil && p != errAbortHandler {
 			if c.cfg.OnPanic == nil {
 				panic(fmt.Sprintf("h2: handler panic on stream %d: %v", st.id, p))

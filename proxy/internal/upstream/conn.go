@@ -15,6 +15,7 @@ type Conn struct {
 	c      net.Conn
 	rc     syscall.RawConn // nil when c has none; used to probe idle connections
 	probe  probe
+	xfer   xfer
 	pool   *pool
 	abort  func() // closes c; made once, for context.AfterFunc per exchange
 	idleAt time.Time
@@ -64,6 +65,16 @@ func (uc *Conn) Write(p []byte) (int, error) {
 	n, err := uc.c.Write(p)
 	uc.wrote += int64(n)
 	return n, err
+}
+
+// writeThenRead is WriteRead with Write and Read.
+func (uc *Conn) writeThenRead(req, buf []byte) (int, error) {
+	if len(req) > 0 {
+		if _, err := uc.Write(req); err != nil {
+			return 0, err
+		}
+	}
+	return uc.Read(buf)
 }
 
 // SetReadDeadline sets the read deadline of the underlying connection.
