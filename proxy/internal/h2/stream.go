@@ -14,10 +14,10 @@ import (
 // Stream is one request stream, handed to Handler.ServeH2. Its methods are for the
 // handler's goroutine (Reset and Context for any goroutine).
 type Stream struct {
-	c      *Conn
-	id     uint32
-	req    Request
-	ctx    streamCtx
+	c   *Conn
+	id  uint32
+	req Request
+	ctx streamCtx
 	// wake is signalled on every change a waiting Read or Write may care about.
 	wake   chan struct{}
 	rtimer *time.Timer // BodyTimeout for Read waits, created on the first wait
