@@ -49,14 +49,13 @@ var (
 
 // parseRequest validates a request head decoded by the Framer (which already refused
 // invalid names and values, unknown, repeated and misplaced pseudo-headers) against
-// RFC 9113 §8.2-8.5 and RFC 8441, and builds r. Any error is a stream error
-// PROTOCOL_ERROR.
+// RFC 9113 §8.2-8.5 and RFC 8441, and builds r, whose Fields take over fields' array.
+// Any error is a stream error PROTOCOL_ERROR.
 func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) error {
 	var host string
 	var hasHost, hasAuthority bool
 	r.ContentLength = -1
 	cookies := 0
-	n := 0
 	for _, f := range fields {
 		r.HeaderBytes += int64(len(f.Name) + len(f.Value))
 		if strings.HasPrefix(f.Name, ":") {
@@ -101,7 +100,6 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 		case "cookie":
 			cookies++
 		}
-		n++
 	}
 	if hasHost {
 		if !hasAuthority {
@@ -140,7 +138,9 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 			return errBadPath
 		}
 	}
-	r.Fields = make([]hpack.HeaderField, 0, n-max(cookies-1, 0))
+	// The regular fields are kept in fields' own array, filtered in place (the write
+	// index never passes the read index): the framer makes a new slice per header block.
+	r.Fields = fields[:0]
 	var cookie []string
 	for _, f := range fields {
 		if strings.HasPrefix(f.Name, ":") || f.Name == "host" {
