@@ -353,6 +353,10 @@ func (x *h2Req) relay(req *http.Request, res *http.Response, body *trackedBody) 
 			}
 		case "Date":
 			hasDate = true
+		case "Content-Length":
+			if res.StatusCode == http.StatusNotModified || res.StatusCode == http.StatusNoContent {
+				continue // no body follows; Go's HTTP/2 client would wait for one (h2bytes.go)
+			}
 		}
 		name := lowerFieldName(k)
 		for _, v := range vv {
