@@ -503,21 +503,7 @@ func TestH1ResponseFraming(t *testing.T) {
 			if method == "" {
 				method = "GET"
 			}
-			tg := newH1Target(t, func(c net.Conn, r *http.Request, _ string) bool {
-				if r.URL.Path == "/second" {
-					io.WriteString(c, second)
-					return true
-				}
-				for i, w := range tc.writes {
-					if i > 0 {
-						// Part of what is tested: a target that sends its answer in pieces,
-						// apart in time, so that the proxy reads them separately.
-						time.Sleep(20 * time.Millisecond)
-					}
-					io.WriteString(c, w)
-				}
-				return !tc.closeTarget
-			})
+			tg := piecewiseTarget(t, tc.writes, tc.closeTarget, second)
 			e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
 			rc := newRawClient(t, e.http)
 			start := time.Now()
@@ -548,6 +534,26 @@ func TestH1ResponseFraming(t *testing.T) {
 			}
 		})
 	}
+}
+
+// piecewiseTarget answers /second with second and any other request with writes,
+// write by write, closing after them when closeTarget.
+func piecewiseTarget(t *testing.T, writes []string, closeTarget bool, second string) *h1Target {
+	return newH1Target(t, func(c net.Conn, r *http.Request, _ string) bool {
+		if r.URL.Path == "/second" {
+			io.WriteString(c, second)
+			return true
+		}
+		for i, w := range writes {
+			if i > 0 {
+				// Part of what is tested: a target that sends its answer in pieces,
+				// apart in time, so that the proxy reads them separately.
+				time.Sleep(20 * time.Millisecond)
+			}
+			io.WriteString(c, w)
+		}
+		return !closeTarget
+	})
 }
 
 // TestH1MalformedChunkedAborts: a broken chunked body is never passed on as whole. When

@@ -200,7 +200,7 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	b = append(b, req.Target()...)
 	b = append(b, " HTTP/1.1\r\n"...)
 	fs := &w.fwd // in the connection's work area: nothing escapes per request
-	*fs = h1FwdSink{req: req, f: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)),
+	*fs = bytesFwdSink[h1Fields]{src: h1Fields{req}, f: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)),
 		https: c.secure, trusted: c.trusted}}
 	keep := fs.f.keepsClientForwarding()
 	for i := range req.Fields {
@@ -231,65 +231,28 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	fs.b = b
 	writeForwarding(fs, fs.f)
 	b = fs.b
-	fs.b, fs.req = nil, nil
+	*fs = bytesFwdSink[h1Fields]{}
 	b = append(b, "\r\n"...)
 	b = append(b, body...)
 	w.wb = b
 }
 
-// h1FwdSink is a forwardingSink that appends to the fast path's outgoing head.
-type h1FwdSink struct {
-	b   []byte
-	req *h1wire.Request
-	f   forwardedFor
-}
+// h1Fields are the fast path's request fields as a fieldSource.
+type h1Fields struct{ req *h1wire.Request }
 
-func (s *h1FwdSink) has(k uint8) bool {
-	if !s.f.keepsClientForwarding() {
-		return false
-	}
-	for i := range s.req.Fields {
-		if s.req.Fields[i].Kind == k {
+func (h h1Fields) hasKind(k uint8) bool {
+	for i := range h.req.Fields {
+		if h.req.Fields[i].Kind == k {
 			return true
 		}
 	}
 	return false
 }
 
-func (s *h1FwdSink) extendFor(ip string) {
-	s.b = append(s.b, "X-Forwarded-For: "...)
-	s.b = s.appendPrior(h1wire.KindXFF)
-	s.b = append(s.b, ip...)
-	s.b = append(s.b, "\r\n"...)
-}
-
-func (s *h1FwdSink) extendForwarded(f forwardedFor) {
-	s.b = append(s.b, "Forwarded: "...)
-	s.b = s.appendPrior(h1wire.KindForwarded)
-	s.b = appendForwardedElement(s.b, f.clientIP, f.host, f.https)
-	s.b = append(s.b, "\r\n"...)
-}
-
-func (s *h1FwdSink) set(k uint8, v string) {
-	if k == h1wire.KindXFProto {
-		s.b = append(s.b, "X-Forwarded-Proto: "...)
-	} else {
-		s.b = append(s.b, "X-Forwarded-Host: "...)
-	}
-	s.b = append(s.b, v...)
-	s.b = append(s.b, "\r\n"...)
-}
-
-// appendPrior appends the client's values of the fields of kind k that survive, each
-// followed by ", ".
-func (s *h1FwdSink) appendPrior(k uint8) []byte {
-	b := s.b
-	if !s.f.keepsClientForwarding() {
-		return b
-	}
-	for i := range s.req.Fields {
-		if f := &s.req.Fields[i]; f.Kind == k {
-			b = append(b, f.Value(s.req.Head)...)
+func (h h1Fields) appendValues(b []byte, k uint8) []byte {
+	for i := range h.req.Fields {
+		if f := &h.req.Fields[i]; f.Kind == k {
+			b = append(b, f.Value(h.req.Head)...)
 			b = append(b, ", "...)
 		}
 	}
@@ -320,6 +283,21 @@ func replayable(req *h1wire.Request) bool {
 	return upstream.Replayable(string(req.Method()), req.ContentLength > 0, keyed)
 }
 
+// responseFraming is how res's body is delimited (the answer to a HEAD request has
+// none) and whether its framing lets the target connection be kept after it.
+func responseFraming(res *h1wire.Response, head bool) (frame int, keepUp bool) {
+	frame = frameClose
+	switch {
+	case head || res.Status == 204 || res.Status == 304:
+		frame = frameNone
+	case res.Chunked:
+		frame = frameChunked
+	case res.ContentLength >= 0:
+		frame = frameLength
+	}
+	return frame, !res.ConnClose && frame != frameClose
+}
+
 // Body framing of a relayed response.
 const (
 	frameNone    = iota // no body (HEAD, 204, 304)
@@ -332,16 +310,7 @@ const (
 // back to its pool when the exchange ended cleanly.
 func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (status int, abort bool) {
 	res := &w.res
-	frame := frameClose
-	switch {
-	case string(w.req.Method()) == "HEAD" || res.Status == 204 || res.Status == 304:
-		frame = frameNone
-	case res.Chunked:
-		frame = frameChunked
-	case res.ContentLength >= 0:
-		frame = frameLength
-	}
-	keepUp := !res.ConnClose && frame != frameClose
+	frame, keepUp := responseFraming(res, string(w.req.Method()) == "HEAD")
 
 	// The head.
 	head := res.Head

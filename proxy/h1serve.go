@@ -102,7 +102,7 @@ type h1Work struct {
 	upWork
 	req       h1wire.Request
 	reqFields [h1wire.MaxFields]h1wire.Field
-	fwd       h1FwdSink // buildRequest's forwarding-field sink
+	fwd       bytesFwdSink[h1Fields] // buildRequest's forwarding-field sink
 }
 
 var h1Works = sync.Pool{New: func() any {

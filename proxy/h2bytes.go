@@ -34,7 +34,7 @@ import (
 // h2Work is a stream's work area for the byte-level exchange.
 type h2Work struct {
 	upWork
-	fwd h2FwdSink
+	fwd bytesFwdSink[h2Fields]
 }
 
 var h2Works = sync.Pool{New: func() any {
@@ -54,7 +54,6 @@ func (x *h2Req) forwardBytes() {
 	s := x.f.s
 	w := h2Works.Get().(*h2Work)
 	defer func() {
-		w.fwd = h2FwdSink{}
 		w.reset()
 		h2Works.Put(w)
 	}()
@@ -128,7 +127,7 @@ func (x *h2Req) buildRequest(w *h2Work) error {
 	b = append(b, rq.Authority...)
 	b = append(b, "\r\n"...)
 	fs := &w.fwd
-	*fs = h2FwdSink{fields: rq.Fields, f: forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}}
+	*fs = bytesFwdSink[h2Fields]{src: h2Fields{rq.Fields}, f: forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}}
 	keep := fs.f.keepsClientForwarding()
 	te := false
 	for i := range rq.Fields {
@@ -163,7 +162,7 @@ func (x *h2Req) buildRequest(w *h2Work) error {
 	fs.b = b
 	writeForwarding(fs, fs.f)
 	b = fs.b
-	fs.b = nil
+	*fs = bytesFwdSink[h2Fields]{}
 	w.wb = append(b, "\r\n"...)
 	return nil
 }
@@ -219,13 +218,8 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// h2FwdSink is a forwardingSink that appends to the outgoing head from an HTTP/2
-// request's fields (lower-case names).
-type h2FwdSink struct {
-	b      []byte
-	fields []hpack.HeaderField
-	f      forwardedFor
-}
+// h2Fields are an HTTP/2 request's fields (lower-case names) as a fieldSource.
+type h2Fields struct{ fields []hpack.HeaderField }
 
 // kindName is the HTTP/2 (lower-case) name of a forwarding field kind.
 func kindName(k uint8) string {
@@ -242,56 +236,25 @@ func kindName(k uint8) string {
 	return "x-real-ip"
 }
 
-func (s *h2FwdSink) has(k uint8) bool {
-	if !s.f.keepsClientForwarding() {
-		return false
-	}
+func (h h2Fields) hasKind(k uint8) bool {
 	name := kindName(k)
-	for i := range s.fields {
-		if s.fields[i].Name == name {
+	for i := range h.fields {
+		if h.fields[i].Name == name {
 			return true
 		}
 	}
 	return false
 }
 
-func (s *h2FwdSink) extendFor(ip string) {
-	s.b = append(s.b, "X-Forwarded-For: "...)
-	s.appendPrior(h1wire.KindXFF)
-	s.b = append(s.b, ip...)
-	s.b = append(s.b, "\r\n"...)
-}
-
-func (s *h2FwdSink) extendForwarded(f forwardedFor) {
-	s.b = append(s.b, "Forwarded: "...)
-	s.appendPrior(h1wire.KindForwarded)
-	s.b = appendForwardedElement(s.b, f.clientIP, f.host, f.https)
-	s.b = append(s.b, "\r\n"...)
-}
-
-func (s *h2FwdSink) set(k uint8, v string) {
-	if k == h1wire.KindXFProto {
-		s.b = append(s.b, "X-Forwarded-Proto: "...)
-	} else {
-		s.b = append(s.b, "X-Forwarded-Host: "...)
-	}
-	s.b = append(s.b, v...)
-	s.b = append(s.b, "\r\n"...)
-}
-
-// appendPrior appends the client's values of the fields of kind k that survive, each
-// followed by ", ".
-func (s *h2FwdSink) appendPrior(k uint8) {
-	if !s.f.keepsClientForwarding() {
-		return
-	}
+func (h h2Fields) appendValues(b []byte, k uint8) []byte {
 	name := kindName(k)
-	for i := range s.fields {
-		if s.fields[i].Name == name {
-			s.b = append(s.b, s.fields[i].Value...)
-			s.b = append(s.b, ", "...)
+	for i := range h.fields {
+		if h.fields[i].Name == name {
+			b = append(b, h.fields[i].Value...)
+			b = append(b, ", "...)
 		}
 	}
+	return b
 }
 
 // relayBytes writes the target's response (w.res, its head in w.up) to the stream and
@@ -299,16 +262,7 @@ func (s *h2FwdSink) appendPrior(k uint8) {
 func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
 	s := x.f.s
 	res := &w.res
-	frame := frameClose
-	switch {
-	case x.rq.Method == http.MethodHead || res.Status == 204 || res.Status == 304:
-		frame = frameNone
-	case res.Chunked:
-		frame = frameChunked
-	case res.ContentLength >= 0:
-		frame = frameLength
-	}
-	keepUp := !res.ConnClose && frame != frameClose
+	frame, keepUp := responseFraming(res, x.rq.Method == http.MethodHead)
 	fields := x.responseFields(res, frame)
 	x.out += headBytes(fields)
 	x.status = res.Status

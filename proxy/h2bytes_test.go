@@ -117,20 +117,7 @@ func TestH2ByteFraming(t *testing.T) {
 			if method == "" {
 				method = "GET"
 			}
-			tg := newH1Target(t, func(c net.Conn, r *http.Request, _ string) bool {
-				if r.URL.Path == "/second" {
-					io.WriteString(c, second)
-					return true
-				}
-				for i, w := range tc.writes {
-					if i > 0 {
-						// Part of what is tested: an answer in pieces, apart in time.
-						time.Sleep(20 * time.Millisecond)
-					}
-					io.WriteString(c, w)
-				}
-				return !tc.closeTarget
-			})
+			tg := piecewiseTarget(t, tc.writes, tc.closeTarget, second)
 			e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
 			c := e.h2cClient()
 			defer c.CloseIdleConnections()

@@ -167,6 +167,58 @@ func setForwarded(h http.Header, f forwardedFor, o *outbound) {
 	writeForwarding(headerSink{h, o}, f)
 }
 
+// bytesFwdSink is a forwardingSink that appends to an outgoing HTTP/1.1 head; the
+// client's own fields come from src (the fast path's parsed head, or an HTTP/2
+// request's fields).
+type bytesFwdSink[S fieldSource] struct {
+	b   []byte
+	src S
+	f   forwardedFor
+}
+
+// fieldSource is a request's fields as bytesFwdSink reads them.
+type fieldSource interface {
+	// hasKind reports a field of kind k (h1wire.Kind*).
+	hasKind(k uint8) bool
+	// appendValues appends the values of the fields of kind k, each followed by ", ".
+	appendValues(b []byte, k uint8) []byte
+}
+
+func (s *bytesFwdSink[S]) has(k uint8) bool {
+	return s.f.keepsClientForwarding() && s.src.hasKind(k)
+}
+
+func (s *bytesFwdSink[S]) extendFor(ip string) {
+	s.b = append(s.b, "X-Forwarded-For: "...)
+	s.appendPrior(h1wire.KindXFF)
+	s.b = append(s.b, ip...)
+	s.b = append(s.b, "\r\n"...)
+}
+
+func (s *bytesFwdSink[S]) extendForwarded(f forwardedFor) {
+	s.b = append(s.b, "Forwarded: "...)
+	s.appendPrior(h1wire.KindForwarded)
+	s.b = appendForwardedElement(s.b, f.clientIP, f.host, f.https)
+	s.b = append(s.b, "\r\n"...)
+}
+
+func (s *bytesFwdSink[S]) set(k uint8, v string) {
+	if k == h1wire.KindXFProto {
+		s.b = append(s.b, "X-Forwarded-Proto: "...)
+	} else {
+		s.b = append(s.b, "X-Forwarded-Host: "...)
+	}
+	s.b = append(s.b, v...)
+	s.b = append(s.b, "\r\n"...)
+}
+
+// appendPrior appends the client's values of the fields of kind k that survive.
+func (s *bytesFwdSink[S]) appendPrior(k uint8) {
+	if s.f.keepsClientForwarding() {
+		s.b = s.src.appendValues(s.b, k)
+	}
+}
+
 // headerSink is a forwardingSink for http.Header.
 type headerSink struct {
 	h http.Header
