@@ -52,6 +52,7 @@ type Conn struct {
 	henc     *hpack.Encoder
 	hbuf     bytes.Buffer
 	items    []item
+	ended    []*Stream // streams whose END_STREAM is in the batch being written
 	wdlSetAt time.Time
 	maxFrame uint32 // peerMaxFrame as of the batch being written
 

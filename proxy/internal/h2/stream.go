@@ -341,6 +341,9 @@ func (st *Stream) writeLocked(p []byte) (int, error) {
 			continue
 		}
 		k := min(room, len(p))
+		if st.out == nil {
+			st.out = outBuf()
+		}
 		st.out = append(st.out, p[:k]...)
 		p = p[k:]
 		n += k

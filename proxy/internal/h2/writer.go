@@ -161,7 +161,32 @@ func (c *Conn) writeLoop() {
 		if err != nil {
 			c.writeFailed(err)
 		}
+		c.releaseEnded()
 	}
+}
+
+// outBufSize is the size of the pooled response buffers (Stream.out): a frame's worth,
+// what a stream may always queue. A stream that queues more grows its own.
+const outBufSize = minStreamBuffer
+
+var outBufs = sync.Pool{New: func() any { return new([outBufSize]byte) }}
+
+// outBuf returns an empty pooled response buffer.
+func outBuf() []byte { return outBufs.Get().(*[outBufSize]byte)[:0] }
+
+// releaseEnded gives the response buffers of the streams whose END_STREAM went out in
+// the batch just written back to the pool (c.mu held). Nothing refers to them any more:
+// the batch's DATA items were copied into the write buffer, the stream's Write and
+// WriteHead refuse after its end, and a reset only drops the reference.
+func (c *Conn) releaseEnded() {
+	for i, st := range c.ended {
+		if cap(st.out) == outBufSize {
+			outBufs.Put((*[outBufSize]byte)(st.out[:outBufSize]))
+		}
+		st.out, st.outOff = nil, 0
+		c.ended[i] = nil
+	}
+	c.ended = c.ended[:0]
 }
 
 // collect moves the queued control frames and one turn of every ready stream into
@@ -259,6 +284,9 @@ func (c *Conn) take(st *Stream) (more bool) {
 // sentEnd records that st's END_STREAM is in the batch.
 func (c *Conn) sentEnd(st *Stream) {
 	st.endSent = true
+	if cap(st.out) == outBufSize {
+		c.ended = append(c.ended, st) // its buffer goes back once the batch is written
+	}
 	if st.rstAfterEnd {
 		c.items = append(c.items, item{kind: itReset, id: st.id, code: http2.ErrCodeNo})
 		st.resetLocked(ErrStreamReset)
