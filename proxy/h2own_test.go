@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -279,6 +280,41 @@ func TestOwnH2Curl(t *testing.T) {
 		}
 		if !strings.HasPrefix(string(out), "HTTP/2 200") || !strings.HasSuffix(string(out), want) {
 			t.Fatalf("curl %v:\n%s", args[:1], out)
+		}
+	}
+}
+
+// TestOwnH2Nghttp: nghttp (nghttp2's client) through the own HTTP/2 server over h2c
+// with prior knowledge: a GET and an upload. nghttp is not one of the pinned Go tools
+// .ci/run installs: where it is missing (Debian's nghttp2-client) the test says so and
+// skips; curl's test above runs everywhere.
+func TestOwnH2Nghttp(t *testing.T) {
+	nghttp, err := exec.LookPath("nghttp")
+	if err != nil {
+		t.Skipf("nghttp not found (Debian package nghttp2-client): %v", err)
+	}
+	e := newEnv(t, withOwnH2)
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))
+	}))}}})
+	upload := filepath.Join(t.TempDir(), "upload")
+	if err := os.WriteFile(upload, bytes.Repeat([]byte("z"), 70000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "GET /n 0"},
+		{[]string{"-d", upload}, "POST /n 70000"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		args := append([]string{"-H", ":authority: app.example.test"}, tc.args...)
+		out, err := exec.CommandContext(ctx, nghttp, append(args, "http://"+e.http+"/n")...).CombinedOutput()
+		cancel()
+		if err != nil || string(out) != tc.want {
+			t.Fatalf("nghttp %v: %v\n%s", tc.args, err, out)
 		}
 	}
 }
