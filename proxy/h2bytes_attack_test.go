@@ -431,6 +431,7 @@ func testH2AttackResponses(t *testing.T) {
 		fields  map[string][]string
 		anyOf   []string // statuses allowed instead of status (a defensible choice either way)
 		interim int      // at most this many 1xx reached the client
+		date    bool     // exactly one date field, not the target's
 	}
 	flood := strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n", 500)
 	cases := []struct {
@@ -485,11 +486,36 @@ func testH2AttackResponses(t *testing.T) {
 			want: want{status: "502", fresh: true}},
 		{name: "hop-by-hop response fields", writes: []string{"HTTP/1.1 200 OK\r\nConnection: x-a, keep-alive\r\nX-A: 1\r\nKeep-Alive: timeout=1\r\nUpgrade: h2c\r\nProxy-Connection: x\r\nContent-Length: 2\r\n\r\nok"},
 			want: want{status: "200", body: "ok", pooled: true, fields: map[string][]string{"x-a": nil, "connection": nil, "keep-alive": nil, "upgrade": nil, "proxy-connection": nil}}},
+		{name: "connection naming date", writes: []string{"HTTP/1.1 200 OK\r\nConnection: date\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: 2\r\n\r\nok"},
+			// The target's Date is hop-by-hop here: the response gets the proxy's own
+			// (RFC 9110 §6.6.1), as on net/http's path; once it went out with none.
+			want: want{status: "200", body: "ok", pooled: true, date: true}},
 		{name: "connection close", writes: []string{"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"},
 			want: want{status: "200", body: "ok", fresh: true}},
 		{name: "status line garbage", writes: []string{"HTTP/1.1 200 OK\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"},
 			want: want{status: "502", fresh: true}},
 		{name: "HTTP/0.9 answer", writes: []string{"hello\r\n\r\n"}, close: true,
+			want: want{status: "502", fresh: true}},
+		{name: "HTTP/1.0 with content-length", writes: []string{"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"},
+			want: want{status: "200", body: "ok", fresh: true}},
+		{name: "HTTP/1.0 keep-alive", writes: []string{"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"},
+			want: want{status: "200", body: "ok", anyOf: []string{"200"}}},
+		{name: "stray CRLF after the response", writes: []string{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "", "\r\n"},
+			want: want{status: "200", body: "ok", fresh: true}},
+		{name: "chunked, a second response after the terminator later", writes: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", "", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nsmuggle"},
+			want: want{status: "200", body: "ok", fresh: true}},
+		{name: "200 without framing, then a response", writes: []string{"HTTP/1.1 200 OK\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ntail"}, close: true,
+			// Close-delimited: everything up to the close is this response's body.
+			want: want{status: "200", body: "okHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ntail", fresh: true}},
+		{name: "chunk size overflow", writes: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nok\r\n0\r\n\r\n"},
+			want: want{status: "502", fresh: true}},
+		{name: "chunk with bare LF", writes: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\nok\r\n0\r\n\r\n"},
+			want: want{status: "502", fresh: true}},
+		{name: "bare LF head", writes: []string{"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"},
+			want: want{status: "502", fresh: true}},
+		{name: "status 999", writes: []string{"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nok"},
+			want: want{status: "999", body: "ok", pooled: true, anyOf: []string{"502"}}},
+		{name: "status 099", writes: []string{"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok"},
 			want: want{status: "502", fresh: true}},
 		{name: "trailer smuggling a framing field", writes: []string{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\nX-T: 1\r\n\r\n"},
 			want: want{status: "200", body: "ok", pooled: true}},
@@ -554,6 +580,9 @@ func testH2AttackResponses(t *testing.T) {
 					if got := a.get(name); strings.Join(got, ",") != strings.Join(vals, ",") {
 						t.Errorf("%s %q, want %q", name, got, vals)
 					}
+				}
+				if d := a.get("date"); w.date && (len(d) != 1 || strings.HasPrefix(d[0], "Mon, 01 Jan 2024")) {
+					t.Errorf("date %q, want one of the proxy's", d)
 				}
 				if strings.Contains(a.body, "smuggle") {
 					t.Errorf("smuggled bytes reached the client: %q", a.body)
