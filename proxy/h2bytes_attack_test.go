@@ -308,6 +308,7 @@ func testH2AttackRequests(t *testing.T) {
 		{name: "two ports", authority: h + ":80:80", path: "/"},
 		{name: "empty port", authority: h + ":", path: "/", forward: true, checks: []check{field("host", h+":")}},
 		{name: "slash in the authority", authority: h + "/x", path: "/"},
+		// authority "\x00drop": the request has no :authority at all.
 		{name: "no authority, host field", authority: "\x00drop", path: "/", extra: []string{"host", h}, forward: true,
 			checks: []check{field("host", h)}},
 		// Framing and hop-by-hop fields on a bodiless request.
