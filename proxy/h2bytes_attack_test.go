@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -540,6 +541,14 @@ func testH2AttackResponses(t *testing.T) {
 					}
 				}
 				if later {
+					// The overrun must be in the proxy's receive queue before the probe
+					// checks the connection out: acknowledged by the proxy's kernel. (Polled
+					// here, on the target's goroutine, where testwait's t.Fatalf may not run.)
+					for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(testwait.Poll) {
+						if n, ok := unacked(c); !ok || n == 0 {
+							break
+						}
+					}
 					close(extraSent)
 				}
 				return !tc.close
