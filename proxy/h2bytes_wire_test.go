@@ -316,6 +316,42 @@ func wireAccepted(in wireInput, std, own wireOutcome) (string, bool) {
 			return "te with an empty value: the own server refuses it", true
 		}
 	}
+	if len(own.heads) == 0 && own.client.status == "417" && len(std.heads) == 1 {
+		for _, f := range in.fields {
+			if f[0] == "expect" {
+				// The first expect decides, as in net/http's HTTP/1.1 server and the
+				// fast path: an expectation other than 100-continue is answered 417 by
+				// the own server (h2forward.go route, a design decision of the previous
+				// change); net/http's HTTP/2 server forwards the field, and its target
+				// decides.
+				if !strings.EqualFold(f[1], "100-continue") {
+					return "an unknown expectation: the own server answers 417, net/http's forwards it", true
+				}
+				break
+			}
+		}
+	}
+	if len(own.heads) == 0 && own.client.ended == "reset" && own.client.rst == http2.ErrCodeProtocol && len(std.heads) == 1 &&
+		has("content-length", func(v string) bool { return strings.Trim(v, "0123456789") != "" || v == "" }) {
+		// RFC 9110 §8.6: Content-Length = 1*DIGIT. The engine refuses any other spelling
+		// (" 0", "+0") as malformed; net/http's server takes what strconv reads and, the
+		// request having no body, forwards none.
+		return "content-length not 1*DIGIT: the own server refuses it", true
+	}
+	if len(std.heads) == 0 && std.client.ended == "reset" && len(own.heads) == 1 && has("content-length", func(string) bool { return true }) {
+		zero := true
+		for _, f := range in.fields {
+			if f[0] == "content-length" {
+				zero = zero && f[1] != "" && strings.Trim(f[1], "0") == ""
+			}
+		}
+		if zero {
+			// content-length "0" and "00": one decimal value, which RFC 9110 §8.6 lets a
+			// recipient take; net/http's server compares the strings. The own server
+			// forwards no client Content-Length anyway (buildRequest writes its own).
+			return "content-length fields of one value spelt differently: net/http refuses", true
+		}
+	}
 	if len(std.heads) == 0 && std.client.status == "400" && len(own.heads) == 1 &&
 		has("te", func(v string) bool { return v == "trailers" }) && !has("te", func(v string) bool { return v != "trailers" }) {
 		// te: trailers more than once: net/http's server requires exactly one te field
@@ -501,6 +537,23 @@ func FuzzH2BytesWire(f *testing.F) {
 	f.Add("GET", "/", wireHost, fl("cookie", "", "cookie", "a=1"), false)
 	f.Add("GET", "/", wireHost, fl("forwarded", `for="[::1]";host="a\"b"`), true)
 	f.Add("GET", "/", wireHost, fl("x-forwarded-host", "evil.test\r\nX: 1"), true)
+	f.Add("GET", "/", wireHost, fl("expect", "100-continue", "expect", "x"), false)
+	f.Add("GET", "/", wireHost, fl("expect", "x", "expect", "100-continue"), false)
+	f.Add("GET", "/", wireHost, fl("expect", "100-Continue"), false)
+	f.Add("GET", "/", wireHost, fl("expect", "x"), false)
+	f.Add("GET", "/", wireHost, fl("content-length", "00"), false)
+	f.Add("GET", "/", wireHost, fl("content-length", " 0"), false)
+	f.Add("GET", "/", wireHost, fl("content-length", "+0"), false)
+	f.Add("POST", "/", wireHost, fl("content-length", "0", "content-length", "00"), false)
+	f.Add("GET", "/", wireHost+":0080", "", false)
+	f.Add("GET", "/", wireHost+".", "", false)
+	f.Add("GET", "/", "[::1]", "", false)
+	f.Add("GET", "/?", wireHost, "", false)
+	f.Add("GET", "/a%2f%2F%7e?%zz", wireHost, "", false)
+	f.Add("GET", "/a;b=c/d,e", wireHost, "", false)
+	f.Add("GET", "/\\evil.test", wireHost, "", false)
+	f.Add("GET", "/", wireHost, fl("idempotency-key", "k", "x-idempotency-key", "k"), false)
+	f.Add("GET", "/", wireHost, fl("x-forwarded-for", "", "forwarded", ""), true)
 	w := newWireEnvs(f)
 	f.Fuzz(func(t *testing.T, method, path, authority, fields string, trusted bool) {
 		in := wireInput{method, path, authority, wireFields(fields)}
