@@ -523,93 +523,95 @@ func testH2AttackResponses(t *testing.T) {
 			want: want{status: "200", body: "ok", pooled: true}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			clientHas, extraSent := make(chan struct{}), make(chan struct{})
-			later := slices.Contains(tc.writes, "")
-			e, tg := attackEnv(t, func(c net.Conn, head string) bool {
-				if strings.HasPrefix(head, "GET /probe ") {
-					_, err := io.WriteString(c, probeAnswer)
-					return err == nil
-				}
-				for _, w := range tc.writes {
-					if w == "" {
-						<-clientHas
-						continue
+		for li, ln := range []string{"h2c", "tls"} {
+			t.Run(ln+"/"+tc.name, func(t *testing.T) {
+				clientHas, extraSent := make(chan struct{}), make(chan struct{})
+				later := slices.Contains(tc.writes, "")
+				e, tg := attackEnv(t, func(c net.Conn, head string) bool {
+					if strings.HasPrefix(head, "GET /probe ") {
+						_, err := io.WriteString(c, probeAnswer)
+						return err == nil
 					}
-					if _, err := io.WriteString(c, w); err != nil {
-						return false
-					}
-				}
-				if later {
-					// The overrun must be in the proxy's receive queue before the probe
-					// checks the connection out: acknowledged by the proxy's kernel. (Polled
-					// here, on the target's goroutine, where testwait's t.Fatalf may not run.)
-					for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(testwait.Poll) {
-						if n, ok := unacked(c); !ok || n == 0 {
-							break
+					for _, w := range tc.writes {
+						if w == "" {
+							<-clientHas
+							continue
+						}
+						if _, err := io.WriteString(c, w); err != nil {
+							return false
 						}
 					}
-					close(extraSent)
+					if later {
+						// The overrun must be in the proxy's receive queue before the probe
+						// checks the connection out: acknowledged by the proxy's kernel. (Polled
+						// here, on the target's goroutine, where testwait's t.Fatalf may not run.)
+						for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(testwait.Poll) {
+							if n, ok := unacked(c); !ok || n == 0 {
+								break
+							}
+						}
+						close(extraSent)
+					}
+					return !tc.close
+				})
+				// A fresh proxy and target per listener: the case's target connection is
+				// the first one, whichever listener the request came through.
+				{
+					l := attackListeners(e)[li]
+					a := h2Do(t, l.dial(t), reqFields("GET", l.proto, wireHost, "/case"))
+					close(clientHas)
+					heads, _ := tg.take()
+					if len(heads) != 1 || !strings.HasPrefix(heads[0].head, "GET /case ") {
+						t.Fatalf("the target received %v", heads)
+					}
+					caseConn := heads[0].conn
+					w := tc.want
+					switch {
+					case a.ended == "reset" && w.reset:
+					case a.ended == "response" && (a.status == w.status || strings.Contains(strings.Join(w.anyOf, " "), a.status)):
+						if a.status == w.status && w.body != "" && a.body != w.body {
+							t.Errorf("body %q, want %q", a.body, w.body)
+						}
+					default:
+						t.Errorf("client got %v, want %+v", a, w)
+					}
+					if a.interims > w.interim {
+						t.Errorf("%d interim responses reached the client", a.interims)
+					}
+					for _, f := range a.fields {
+						if f[0] == "" || strings.ContainsAny(f[0], "\r\n\x00: ABCDEFGHIJKLMNOPQRSTUVWXYZ") && !strings.HasPrefix(f[0], ":") ||
+							strings.ContainsAny(f[1], "\r\n\x00") {
+							t.Errorf("invalid field reached the client: %q", f)
+						}
+						if strings.Contains(f[1], "evil") || strings.Contains(f[0], "set-cookie") {
+							t.Errorf("injected field reached the client: %q", f)
+						}
+					}
+					for name, vals := range w.fields {
+						if got := a.get(name); strings.Join(got, ",") != strings.Join(vals, ",") {
+							t.Errorf("%s %q, want %q", name, got, vals)
+						}
+					}
+					if d := a.get("date"); w.date && (len(d) != 1 || strings.HasPrefix(d[0], "Mon, 01 Jan 2024")) {
+						t.Errorf("date %q, want one of the proxy's", d)
+					}
+					if strings.Contains(a.body, "smuggle") {
+						t.Errorf("smuggled bytes reached the client: %q", a.body)
+					}
+					if later {
+						// The overrun arrives while the connection is idle in its pool (the
+						// target says so once the proxy's kernel acknowledged it).
+						<-extraSent
+					}
+					probeConn := attackProbe(t, tg, l)
+					if w.fresh && probeConn == caseConn {
+						t.Errorf("the probe reused the case's target connection")
+					}
+					if w.pooled && probeConn != caseConn {
+						t.Errorf("the probe came on a new target connection: the case's was not pooled")
+					}
 				}
-				return !tc.close
 			})
-			for i, l := range attackListeners(e) {
-				if i > 0 {
-					break // the answers are the target's: one listener is enough (TLS is covered by "requests")
-				}
-				a := h2Do(t, l.dial(t), reqFields("GET", l.proto, wireHost, "/case"))
-				close(clientHas)
-				heads, _ := tg.take()
-				if len(heads) != 1 || !strings.HasPrefix(heads[0].head, "GET /case ") {
-					t.Fatalf("the target received %v", heads)
-				}
-				caseConn := heads[0].conn
-				w := tc.want
-				switch {
-				case a.ended == "reset" && w.reset:
-				case a.ended == "response" && (a.status == w.status || strings.Contains(strings.Join(w.anyOf, " "), a.status)):
-					if a.status == w.status && w.body != "" && a.body != w.body {
-						t.Errorf("body %q, want %q", a.body, w.body)
-					}
-				default:
-					t.Errorf("client got %v, want %+v", a, w)
-				}
-				if a.interims > w.interim {
-					t.Errorf("%d interim responses reached the client", a.interims)
-				}
-				for _, f := range a.fields {
-					if f[0] == "" || strings.ContainsAny(f[0], "\r\n\x00: ABCDEFGHIJKLMNOPQRSTUVWXYZ") && !strings.HasPrefix(f[0], ":") ||
-						strings.ContainsAny(f[1], "\r\n\x00") {
-						t.Errorf("invalid field reached the client: %q", f)
-					}
-					if strings.Contains(f[1], "evil") || strings.Contains(f[0], "set-cookie") {
-						t.Errorf("injected field reached the client: %q", f)
-					}
-				}
-				for name, vals := range w.fields {
-					if got := a.get(name); strings.Join(got, ",") != strings.Join(vals, ",") {
-						t.Errorf("%s %q, want %q", name, got, vals)
-					}
-				}
-				if d := a.get("date"); w.date && (len(d) != 1 || strings.HasPrefix(d[0], "Mon, 01 Jan 2024")) {
-					t.Errorf("date %q, want one of the proxy's", d)
-				}
-				if strings.Contains(a.body, "smuggle") {
-					t.Errorf("smuggled bytes reached the client: %q", a.body)
-				}
-				if later {
-					// The overrun arrives while the connection is idle in its pool: on
-					// loopback, written means in the proxy's receive queue.
-					<-extraSent
-				}
-				probeConn := attackProbe(t, tg, l)
-				if w.fresh && probeConn == caseConn {
-					t.Errorf("the probe reused the case's target connection")
-				}
-				if w.pooled && probeConn != caseConn {
-					t.Errorf("the probe came on a new target connection: the case's was not pooled")
-				}
-			}
-		})
+		}
 	}
 }
