@@ -284,8 +284,9 @@ func wireFields(s string) [][2]string {
 }
 
 // wireAccepted reports whether std and own may differ this way, and why. The list is
-// short on purpose; each entry names the input it is for, and none covers a difference
-// in what reached a target from both.
+// short on purpose and each entry names the input it is for. All but one are about
+// whether a request is forwarded at all (one side refuses or answers it itself); the
+// one difference in what reached a target from both is User-Agent's.
 func wireAccepted(in wireInput, std, own wireOutcome) (string, bool) {
 	has := func(name string, ok func(v string) bool) bool {
 		for _, f := range in.fields {
