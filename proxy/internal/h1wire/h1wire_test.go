@@ -355,6 +355,8 @@ func TestParseResponse(t *testing.T) {
 		{"HTTP/1.1 close", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", nil, want{status: 200, reason: "OK", cl: -1, connClose: true}, nil, nil},
 		{"Connection-named fields dropped", "HTTP/1.1 200 OK\r\nConnection: X-A, x-b\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n",
 			nil, want{status: 200, reason: "OK", cl: -1, hasDate: true}, []string{"X-A", "X-B"}, []string{"X-C", "Date"}},
+		{"Connection naming Date: dropped, and no Date to keep", "HTTP/1.1 200 OK\r\nConnection: date\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n",
+			nil, want{status: 200, reason: "OK", cl: -1}, []string{"Date"}, nil},
 		{"hop-by-hop dropped, Trailer kept", "HTTP/1.1 200 OK\r\nProxy-Connection: x\r\nUpgrade: h2c\r\nTE: trailers\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n",
 			nil, want{status: 200, reason: "OK", cl: -1, chunked: true}, []string{"Proxy-Connection", "Upgrade", "TE"}, []string{"Trailer"}},
 		{"101 fields", "HTTP/1.1 200 OK\r\n" + strings.Repeat("X: y\r\n", 101) + "\r\n", ErrTooManyFields, want{}, nil, nil},

@@ -76,6 +76,7 @@ func ParseResponse(r *Response, head []byte, fields []Field) error {
 	i += 2
 
 	var cl int64 = -1
+	named := false // a Connection field may name fields to drop
 	for {
 		if i+1 >= len(head) {
 			return ErrBadResponse
@@ -106,6 +107,7 @@ func ParseResponse(r *Response, head []byte, fields []Field) error {
 			}
 			r.Chunked = true
 		case KindConnection:
+			named = true
 			if hasConnToken(val, "close") {
 				r.ConnClose = true
 			}
@@ -129,6 +131,14 @@ func ParseResponse(r *Response, head []byte, fields []Field) error {
 		r.ConnClose = true
 	}
 	dropConnectionNamed(head, r.Fields)
+	if r.HasDate && named {
+		// A Date that Connection names is not forwarded: the front-end writes its own
+		// (RFC 9110 §6.6.1), as net/http's server does after removeHopByHop.
+		r.HasDate = false
+		for j := range r.Fields {
+			r.HasDate = r.HasDate || r.Fields[j].Kind == KindDate
+		}
+	}
 	for j := range r.Fields {
 		if r.Fields[j].Kind == KindKeepAlive {
 			r.Fields[j].Kind = KindDrop
