@@ -81,6 +81,9 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	st := &Stream{c: c, id: id, wake: make(chan struct{}, 1), bodyTimeout: c.cfg.BodyTimeout}
 	st.remoteDone = f.StreamEnded()
+	if !st.remoteDone {
+		st.rwake = make(chan struct{}, 1)
+	}
 	if f.Truncated {
 		// The head exceeds MaxHeaderBytes: 431, answered by the engine.
 		c.startStream(st, serve431)

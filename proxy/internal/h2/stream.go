@@ -20,6 +20,11 @@ type Stream struct {
 	ctx streamCtx
 	// wake is signalled on every change a waiting Read or Write may care about.
 	wake   chan struct{}
+	// rwake is Read's own wake-up, for a request with a body: a handler may wait in
+	// Write (for the client's window) while one of its goroutines waits in Read (for
+	// the body), and one channel would let either waiter take the other's wake-up.
+	// Made with the stream, never changed.
+	rwake chan struct{}
 	rtimer *time.Timer // BodyTimeout for Read waits, created on the first wait
 	// bodyTimeout is Config.BodyTimeout unless SetBodyTimeout changed it; 0: none.
 	bodyTimeout time.Duration
@@ -69,12 +74,26 @@ func (st *Stream) Request() *Request { return &st.req }
 // handler returns.
 func (st *Stream) Context() context.Context { return &st.ctx }
 
-// signal wakes the handler if it waits (c.mu held or not).
+// signal wakes the handler if it waits, in Write or Read (c.mu held or not).
 func (st *Stream) signal() {
 	select {
 	case st.wake <- struct{}{}:
 	default:
 	}
+	if st.rwake != nil {
+		select {
+		case st.rwake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// readWake is the channel Read waits on.
+func (st *Stream) readWake() chan struct{} {
+	if st.rwake != nil {
+		return st.rwake
+	}
+	return st.wake // no body: Read does not wait (remoteDone), but stay safe
 }
 
 // resetLocked marks st reset (c.mu held): its Read and Write fail with err.
@@ -189,7 +208,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 		}
 		c.mu.Unlock()
 		if st.bodyTimeout <= 0 {
-			<-st.wake
+			<-st.readWake()
 			c.mu.Lock()
 			continue
 		}
@@ -199,7 +218,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 			st.rtimer.Reset(st.bodyTimeout)
 		}
 		select {
-		case <-st.wake:
+		case <-st.readWake():
 			c.mu.Lock()
 		case <-st.rtimer.C:
 			c.mu.Lock()
