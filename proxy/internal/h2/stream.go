@@ -19,12 +19,12 @@ type Stream struct {
 	req Request
 	ctx streamCtx
 	// wake is signalled on every change a waiting Read or Write may care about.
-	wake   chan struct{}
+	wake chan struct{}
 	// rwake is Read's own wake-up, for a request with a body: a handler may wait in
 	// Write (for the client's window) while one of its goroutines waits in Read (for
 	// the body), and one channel would let either waiter take the other's wake-up.
 	// Made with the stream, never changed.
-	rwake chan struct{}
+	rwake  chan struct{}
 	rtimer *time.Timer // BodyTimeout for Read waits, created on the first wait
 	// bodyTimeout is Config.BodyTimeout unless SetBodyTimeout changed it; 0: none.
 	bodyTimeout time.Duration
