@@ -51,9 +51,10 @@ type clientWatch interface{ clientGone() bool }
 // exchange sends w.wb to addr over a pooled or new connection and reads the response
 // head into w.up. A pooled connection that turns out dead before any response byte is
 // replaced once by a new one under the pools' rule (upstream.MayReplay); w.wb holds the
-// whole request, so nothing the client sent is lost by sending it again. now is the
-// request's start, from which the header timeout runs.
-func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch, replayable bool) (*upstream.Conn, error) {
+// whole request head (and, on the fast path, the body), so nothing the client sent is
+// lost by sending it again, unless up (an HTTP/2 request's body, sent as it comes) took
+// some of it. now is the request's start, from which the header timeout runs.
+func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch, replayable bool, up *uploader) (*upstream.Conn, error) {
 	ps := s.up.Pools
 	uc := ps.Get(addr, s.up.now())
 	for retried := false; ; retried = true {
@@ -63,11 +64,15 @@ func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch,
 				return nil, err
 			}
 		}
-		err := s.roundTrip(w, uc, now, cw)
+		err := s.roundTrip(w, uc, now, cw, up)
 		if err == nil {
 			return uc, nil
 		}
-		if upstream.MayReplay(uc, retried, err, false, replayable) {
+		up.end(uc) // uc is closed; an upload on it ends
+		if up != nil && up.clientErr != nil {
+			return nil, err // the client's body failed: nothing to send again
+		}
+		if upstream.MayReplay(uc, retried, err, up != nil && up.took.Load(), replayable) {
 			uc = nil
 			continue
 		}
@@ -76,8 +81,9 @@ func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch,
 }
 
 // roundTrip writes the request and reads the response head (skipping 1xx interim
-// answers). On error uc is closed.
-func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clientWatch) error {
+// answers; a 100 lets up's body go). With up, the body is sent by it from when the head
+// is written. On error uc is closed.
+func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clientWatch, up *uploader) error {
 	ps := s.up.Pools
 	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
 	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
@@ -88,7 +94,14 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 	buf := w.up[h1Headroom:]
 	// The request, then the first bytes of the answer (a failed write ends below, as a
 	// failed read does: the connection is closed and the error returned).
-	filled, rerr := uc.WriteRead(w.wb, buf)
+	var filled int
+	var rerr error
+	if up == nil {
+		filled, rerr = uc.WriteRead(w.wb, buf)
+	} else if _, rerr = uc.Write(w.wb); rerr == nil {
+		up.start(uc)
+		filled, rerr = uc.Read(buf)
+	}
 	scanned := 0
 	for n1xx := 0; ; {
 		// A head may already be buffered (a 1xx and the final answer in one segment).
@@ -101,6 +114,9 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 			if err == nil && w.res.Status < 200 {
 				n1xx++
 				err = ps.Interim(w.res.Status, n1xx)
+				if w.res.Status == 100 && up != nil {
+					up.proceed()
+				}
 			}
 			if err != nil {
 				uc.Close()
@@ -112,6 +128,9 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 				continue
 			}
 			w.resHead, w.filled = hl, filled
+			if up != nil {
+				up.answered()
+			}
 			return nil
 		}
 		if scanned < filled && bytes.Contains(buf[max(scanned-1, 0):filled], lflf) {

@@ -264,7 +264,7 @@ func (h h1Fields) appendValues(b []byte, k uint8) []byte {
 func (c *h1Conn) exchange(w *h1Work, addr string) (*upstream.Conn, error) {
 	// The body is in memory: nothing was taken from the client that a new connection
 	// could not send again.
-	return c.s.exchange(&w.upWork, addr, c.now, c, replayable(&w.req))
+	return c.s.exchange(&w.upWork, addr, c.now, c, replayable(&w.req), nil)
 }
 
 // clientGone reports a client that closed or reset its connection while its target

@@ -35,6 +35,7 @@ import (
 type h2Work struct {
 	upWork
 	fwd bytesFwdSink[h2Fields]
+	body uploader // the request body's, when it has one
 }
 
 var h2Works = sync.Pool{New: func() any {
@@ -49,7 +50,9 @@ type h2Watch h2.Stream
 
 func (w *h2Watch) clientGone() bool { return (*h2.Stream)(w).Context().Err() != nil }
 
-// forwardBytes is forward for a request without a body.
+// forwardBytes forwards the request and relays the answer. A connect failure marks the
+// target down and tries another target, as long as no body byte was taken from the
+// client; nothing else is retried.
 func (x *h2Req) forwardBytes() {
 	s := x.f.s
 	w := h2Works.Get().(*h2Work)
@@ -57,16 +60,18 @@ func (x *h2Req) forwardBytes() {
 		w.reset()
 		h2Works.Put(w)
 	}()
-	if err := x.buildRequest(w); err != nil {
+	up, err := x.buildRequest(w)
+	if err != nil {
 		x.err = err
 		x.answer(outcomeBadRequest)
 		return
 	}
+	x.up = up
 	start := x.start
 	if start.IsZero() {
 		start = time.Now()
 	}
-	replay := x.replayable()
+	replay := x.replayable(up != nil)
 	walk := newWalk(s, x.entry)
 	for {
 		b := walk.next()
@@ -75,17 +80,21 @@ func (x *h2Req) forwardBytes() {
 			return
 		}
 		x.backend = b
-		uc, err := s.exchange(&w.upWork, b.Addr, start, (*h2Watch)(x.st), replay)
+		uc, err := s.exchange(&w.upWork, b.Addr, start, (*h2Watch)(x.st), replay, up)
 		if err == nil {
 			walk.took()
 			x.err = nil
 			x.relayBytes(w, uc)
+			up.end(uc) // an upload the answer did not wait for ends with it
 			walk.done()
 			return
 		}
 		x.err = err
-		o := classifyUpstream(err)
-		if walk.missed(o, err, true) { // nothing was taken from the client
+		o, client := up.outcome()
+		if !client {
+			o = classifyUpstream(err)
+		}
+		if walk.missed(o, err, up == nil || !up.took.Load()) {
 			continue
 		}
 		if o == outcomeClientGone {
@@ -97,8 +106,18 @@ func (x *h2Req) forwardBytes() {
 	}
 }
 
-// replayable applies upstream.Replayable to the request (it has no body).
-func (x *h2Req) replayable() bool {
+// putUp ends the exchange on uc: the connection goes back to its pool when keep says
+// the answer ended cleanly and the request's body, if any, went out whole (an upload
+// the answer did not wait for is stopped first).
+func (x *h2Req) putUp(uc *upstream.Conn, keep bool) {
+	if x.up != nil && !x.up.end(uc) {
+		keep = false
+	}
+	x.f.s.up.Put(uc, keep, x.f.s.up.now())
+}
+
+// replayable applies upstream.Replayable to the request.
+func (x *h2Req) replayable(hasBody bool) bool {
 	keyed := false
 	for i := range x.rq.Fields {
 		if upstream.IdempotencyKey(x.rq.Fields[i].Name) {
@@ -106,23 +125,32 @@ func (x *h2Req) replayable() bool {
 			break
 		}
 	}
-	return upstream.Replayable(x.rq.Method, false, keyed)
+	return upstream.Replayable(x.rq.Method, hasBody, keyed)
 }
 
 // nameBytes is a field name as bytes, without copying (never written to).
 func nameBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// buildRequest writes the outgoing HTTP/1.1 request into w.wb: the request line, Host
-// from :authority, the client's fields without hop-by-hop ones and the client's
-// forwarding fields unless trusted, then this hop's forwarding fields.
-func (x *h2Req) buildRequest(w *h2Work) error {
+// buildRequest writes the outgoing HTTP/1.1 request head into w.wb: the request line,
+// Host from :authority, the client's fields without hop-by-hop ones and the client's
+// forwarding fields unless trusted, the framing of the body as it will be sent, then
+// this hop's forwarding fields. A request with a body gets an uploader (w.up) to send
+// it: under Content-Length when the client stated one and announced no trailers,
+// chunked otherwise.
+func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 	rq, f := x.rq, x.f
 	b := append(w.wb[:0], rq.Method...)
 	b = append(b, ' ')
 	var err error
 	if b, err = appendTarget(b, rq.Path); err != nil {
-		return err
+		return nil, err
 	}
+	var up *uploader
+	if !rq.NoBody && rq.ContentLength != 0 {
+		up = &w.body
+		*up = uploader{st: x.st}
+	}
+	var trailer []string // announced request trailers (the field is hop-by-hop)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, rq.Authority...)
 	b = append(b, "\r\n"...)
@@ -136,12 +164,22 @@ func (x *h2Req) buildRequest(w *h2Work) error {
 		case h1wire.KindTE:
 			te = true // the engine admits "trailers" only
 			continue
-		case h1wire.KindDrop, h1wire.KindConnection, h1wire.KindContentLength, h1wire.KindTransferEncoding, h1wire.KindHost:
+		case h1wire.KindConnection, h1wire.KindContentLength, h1wire.KindTransferEncoding, h1wire.KindHost:
 			continue // hop-by-hop, or framing: written below from what is forwarded
 		case h1wire.KindXFF, h1wire.KindForwarded:
 			continue // extended or replaced by writeForwarding
 		case h1wire.KindHandoff:
-			continue // Expect concerns a body, and there is none (Upgrade never gets here)
+			// Expect (Upgrade never gets here): only 100-continue reaches this point
+			// (route), and it concerns a body.
+			if up == nil {
+				continue
+			}
+			up.expect = true
+		case h1wire.KindDrop:
+			if up != nil && fl.Name == "trailer" {
+				trailer = append(trailer, fl.Value)
+			}
+			continue
 		case h1wire.KindXFProto, h1wire.KindXFHost, h1wire.KindXRealIP:
 			if !keep {
 				continue
@@ -155,8 +193,20 @@ func (x *h2Req) buildRequest(w *h2Work) error {
 	if te {
 		b = append(b, "Te: trailers\r\n"...)
 	}
-	switch rq.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	switch {
+	case up != nil && (rq.ContentLength < 0 || trailer != nil):
+		up.chunked = true
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		for _, v := range trailer {
+			b = append(b, "Trailer: "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	case up != nil:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, rq.ContentLength, 10)
+		b = append(b, "\r\n"...)
+	case rq.Method == http.MethodPost || rq.Method == http.MethodPut || rq.Method == http.MethodPatch:
 		b = append(b, "Content-Length: 0\r\n"...)
 	}
 	fs.b = b
@@ -164,7 +214,7 @@ func (x *h2Req) buildRequest(w *h2Work) error {
 	b = fs.b
 	*fs = bytesFwdSink[h2Fields]{}
 	w.wb = append(b, "\r\n"...)
-	return nil
+	return up, nil
 }
 
 // appendTarget appends the request-target for :path. A path made only of what a URL
@@ -260,7 +310,6 @@ func (h h2Fields) appendValues(b []byte, k uint8) []byte {
 // relayBytes writes the target's response (w.res, its head in w.up) to the stream and
 // relays its body, then hands uc back to its pool when the exchange ended cleanly.
 func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
-	s := x.f.s
 	res := &w.res
 	frame, keepUp := responseFraming(res, x.rq.Method == http.MethodHead)
 	fields := x.responseFields(res, frame)
@@ -274,7 +323,7 @@ func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
 		if err := x.st.WriteHead(res.Status, fields, nil, true); err != nil {
 			x.clientStopped(err)
 		}
-		s.up.Put(uc, keepUp && len(got) == 0, s.up.now())
+		x.putUp(uc, keepUp && len(got) == 0)
 		return
 	case frameLength:
 		if res.ContentLength > int64(len(got)) && res.ContentLength <= int64(len(buf)) {
@@ -304,7 +353,7 @@ func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
 			if err := x.st.WriteHead(res.Status, fields, got[:k], true); err != nil {
 				x.clientStopped(err)
 			}
-			s.up.Put(uc, keepUp, s.up.now())
+			x.putUp(uc, keepUp)
 			return
 		}
 		if err := x.st.WriteHead(res.Status, fields, got, false); err != nil {
@@ -327,7 +376,7 @@ func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
 			if err := x.st.WriteHead(res.Status, fields, got[:d], true); err != nil {
 				x.clientStopped(err)
 			}
-			s.up.Put(uc, keepUp && n == len(got), s.up.now())
+			x.putUp(uc, keepUp && n == len(got))
 			return
 		}
 		if err := x.st.WriteHead(res.Status, fields, got[:d], false); err != nil {
@@ -356,7 +405,6 @@ func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
 // length's remaining bytes, chunks (sc) or everything until the target closes. A stream
 // that the client resets closes the target connection at once.
 func (x *h2Req) relayRest(w *h2Work, uc *upstream.Conn, frame int, remaining int64, sc *h1wire.ChunkScanner) {
-	s := x.f.s
 	stop := context.AfterFunc(x.st.Context(), uc.Abort())
 	defer stop()
 	_ = uc.SetReadDeadline(time.Time{})
@@ -397,7 +445,7 @@ func (x *h2Req) relayRest(w *h2Work, uc *upstream.Conn, frame int, remaining int
 				if err := x.st.Close(nil); err != nil {
 					x.clientStopped(err)
 				}
-				s.up.Put(uc, keepUp, s.up.now())
+				x.putUp(uc, keepUp)
 				return
 			}
 		}
@@ -437,7 +485,7 @@ func (x *h2Req) endChunked(sc *h1wire.ChunkScanner, uc *upstream.Conn, keepUp bo
 	if err := x.st.Close(tr); err != nil {
 		x.clientStopped(err)
 	}
-	x.f.s.up.Put(uc, keepUp, x.f.s.up.now())
+	x.putUp(uc, keepUp)
 }
 
 // badAnswer answers 502 for a response that broke before anything of it reached the

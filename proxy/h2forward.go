@@ -49,6 +49,7 @@ type h2Req struct {
 	start   time.Time
 	// upgraded: a tunnel did the request's accounting itself.
 	upgraded bool
+	up       *uploader // the request body's, sent to the target as it comes (h2upload.go)
 }
 
 // ServeH2 answers one stream and does its accounting.
@@ -224,8 +225,8 @@ func (b *streamBody) Read(p []byte) (int, error) {
 
 func (b *streamBody) Close() error { return nil }
 
-// outgoing builds the request to the target: the client's fields without hop-by-hop
-// ones, the forwarding fields (headers.go's policy), the body streamed from the stream.
+// outgoing builds the request to the target for a tunnel's upgrade (h2tunnel.go): the
+// client's fields without hop-by-hop ones, the forwarding fields (headers.go's policy).
 func (x *h2Req) outgoing(o *outbound) (*http.Request, *trackedBody, error) {
 	rq, f := x.rq, x.f
 	var u *url.URL
@@ -286,55 +287,12 @@ func (x *h2Req) outgoing(o *outbound) (*http.Request, *trackedBody, error) {
 	return o.req.WithContext(x.st.Context()), body, nil
 }
 
-// forward sends the request to one of the route's targets and relays the answer. A
-// connect failure marks the target down and tries another target not yet tried, as long
-// as no body byte was consumed; nothing else is retried.
-func (x *h2Req) forward() {
-	if x.rq.NoBody {
-		x.forwardBytes() // the hot path (h2bytes.go)
-		return
-	}
-	s := x.f.s
-	o := new(outbound)
-	req, body, err := x.outgoing(o)
-	if err != nil {
-		x.err = err
-		x.answer(outcomeBadRequest)
-		return
-	}
-	walk := newWalk(s, x.entry)
-	var res *http.Response
-	for {
-		b := walk.next()
-		if b == nil {
-			x.answer(walk.last)
-			return
-		}
-		o.url.Host = b.Addr
-		x.backend = b
-		res, err = s.rt.RoundTrip(req)
-		if err == nil {
-			walk.took()
-			break
-		}
-		x.err = err
-		oc := classify(err, req, body)
-		if walk.missed(oc, err, body == nil || !body.started.Load()) {
-			continue
-		}
-		if oc == outcomeClientGone {
-			x.st.Reset(http2.ErrCodeCancel)
-		} else {
-			x.answer(oc)
-		}
-		return
-	}
-	x.err = nil
-	x.relay(req, res, body)
-	walk.done()
-}
+// forward sends the request to one of the route's targets and relays the answer, at the
+// byte level (h2bytes.go).
+func (x *h2Req) forward() { x.forwardBytes() }
 
-// relay writes the target's response to the stream: head and first body bytes
+// relay writes the target's response to the stream (a tunnel's target that did not
+// switch protocols): head and first body bytes
 // together when the length is known, the rest as it comes, then trailers. A body the
 // target breaks off is a request failure and the stream is reset, so that the client
 // never takes a truncated body for whole; a client that stops taking the response

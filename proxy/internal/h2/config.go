@@ -119,4 +119,6 @@ var (
 	ErrBodyTimeout = errors.New("h2: request body stalled")
 	// ErrResponseDone: a write after Close or Reset.
 	ErrResponseDone = errors.New("h2: response already complete")
+	// ErrReadClosed: Read after CloseRead.
+	ErrReadClosed = errors.New("h2: request body reading closed by the handler")
 )

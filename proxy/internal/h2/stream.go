@@ -38,6 +38,7 @@ type Stream struct {
 	recvWin      int32
 	recvUnacked  int32
 	continued    bool // the 100 (Continue) was queued or is not needed
+	readClosed   bool // CloseRead was called
 
 	remoteDone  bool // END_STREAM received
 	reset       bool // reset by either side, or the connection is gone
@@ -180,6 +181,10 @@ func (st *Stream) Read(p []byte) (int, error) {
 	c := st.c
 	c.mu.Lock()
 	for {
+		if st.readClosed {
+			c.mu.Unlock()
+			return 0, ErrReadClosed
+		}
 		if st.inOff < len(st.in) {
 			n := copy(p, st.in[st.inOff:])
 			st.inOff += n
@@ -229,6 +234,18 @@ func (st *Stream) Read(p []byte) (int, error) {
 		}
 		st.rtimer.Stop()
 	}
+}
+
+// CloseRead ends reading of the request body for the handler (any goroutine): a Read
+// waiting or to come returns ErrReadClosed. A body not received to its end is then
+// treated as when the handler returns without reading it: once the response is out,
+// the client is told to stop sending it.
+func (st *Stream) CloseRead() {
+	c := st.c
+	c.mu.Lock()
+	st.readClosed = true
+	st.signal()
+	c.mu.Unlock()
 }
 
 // SetBodyTimeout changes how long Read waits for the client (0: as long as the stream

@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
+)
+
+// uploader sends an HTTP/2 request's body to the target while the byte-level exchange
+// (h2bytes.go) waits for the answer: as it comes, with the client's flow control as the
+// back-pressure (the stream returns window only for bytes read), framed as the head
+// said: as it is under Content-Length, or chunked, trailers included. It starts once the
+// head is written (Server.roundTrip calls start) and runs on a goroutine of its own,
+// owned by forwardBytes, which waits for it (end) before the target connection is
+// pooled, closed or tried again.
+//
+// With Expect: 100-continue it reads nothing from the client until the target said
+// 100, or a second passed (as net/http's transport waits); a final answer that comes
+// first means the body is not sent at all. The stream sends the client its own 100 at
+// the first Read.
+type uploader struct {
+	st      *h2.Stream
+	chunked bool
+	expect  bool
+
+	uc   *upstream.Conn
+	cont chan struct{} // closed when the body may go (expect); by the forwarding goroutine only
+	skip atomic.Bool   // the final answer came first: send nothing
+	done chan struct{} // closed when run returns
+	took atomic.Bool   // a body byte was read from the client
+	// Set before done closes:
+	clientErr error // reading the client's body failed (not CloseRead)
+	complete  bool  // the whole body, and its end, went out
+}
+
+// expectTimeout is how long a request with Expect: 100-continue waits for the target's
+// 100 before its body is sent anyway (net/http's transport: ExpectContinueTimeout).
+const expectTimeout = time.Second
+
+// start runs the upload of this attempt over uc.
+func (u *uploader) start(uc *upstream.Conn) {
+	u.uc = uc
+	u.cont = make(chan struct{})
+	u.skip.Store(false)
+	u.done = make(chan struct{})
+	u.clientErr, u.complete = nil, false
+	go u.run()
+}
+
+// proceed tells a waiting upload to go on (a 100 came). Only the forwarding goroutine
+// calls it (roundTrip, answered, end).
+func (u *uploader) proceed() {
+	select {
+	case <-u.cont:
+	default:
+		close(u.cont)
+	}
+}
+
+// answered tells the upload that the final answer's head came: a body still waiting
+// for 100 is not sent.
+func (u *uploader) answered() {
+	if u.expect {
+		u.skip.Store(true)
+		u.proceed()
+	}
+}
+
+// running reports an upload started and not ended.
+func (u *uploader) running() bool {
+	if u == nil || u.done == nil {
+		return false
+	}
+	select {
+	case <-u.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// end stops an upload still running (the exchange is over: the client's reading is
+// closed and the target connection closed, which ends a Read or Write in progress) and
+// waits for it. It reports whether the body went out whole, so that the connection may
+// be kept.
+func (u *uploader) end(uc *upstream.Conn) bool {
+	if u == nil || u.done == nil {
+		return true
+	}
+	if u.running() {
+		u.st.CloseRead()
+		uc.Close()
+		u.proceed()
+	}
+	<-u.done
+	return u.complete
+}
+
+func (u *uploader) run() {
+	defer close(u.done)
+	if u.expect {
+		t := time.NewTimer(expectTimeout)
+		select {
+		case <-u.cont:
+		case <-t.C:
+		}
+		t.Stop()
+		if u.skip.Load() {
+			return
+		}
+	}
+	bp := bufPool.Get().(*[copyBufSize]byte)
+	defer bufPool.Put(bp)
+	// Room for a chunk's size line before the data and its CRLF after.
+	const pre = 18
+	buf := bp[:]
+	data := buf[pre : len(buf)-2]
+	for {
+		n, err := u.st.Read(data)
+		if n > 0 {
+			u.took.Store(true)
+			out := data[:n]
+			if u.chunked {
+				size := strconv.AppendInt(buf[:0:pre], int64(n), 16)
+				at := pre - len(size) - 2
+				copy(buf[at:], size)
+				buf[pre-2], buf[pre-1] = '\r', '\n'
+				buf[pre+n], buf[pre+n+1] = '\r', '\n'
+				out = buf[at : pre+n+2]
+			}
+			if _, werr := u.uc.Write(out); werr != nil {
+				return // the target stopped taking it; the answer, if any, says why
+			}
+		}
+		switch {
+		case err == io.EOF:
+			u.finish()
+			return
+		case errors.Is(err, h2.ErrReadClosed):
+			return
+		case err != nil:
+			u.clientErr = err
+			u.uc.Close() // the exchange cannot go on: the answer's wait ends at once
+			return
+		}
+	}
+}
+
+// finish ends the body: nothing more under Content-Length; the last chunk and the
+// trailers (those a request may carry on to an HTTP/1.1 target) when chunked.
+func (u *uploader) finish() {
+	if !u.chunked {
+		u.complete = true
+		return
+	}
+	b := append(make([]byte, 0, 64), "0\r\n"...)
+	for _, f := range u.st.Trailers() {
+		name := nameBytes(f.Name)
+		if h1wire.IsHopByHop(name) || h1wire.RequestFieldKind(name) != h1wire.KindOther {
+			continue
+		}
+		b = append(b, f.Name...)
+		b = append(b, ": "...)
+		b = append(b, f.Value...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	if _, err := u.uc.Write(b); err == nil {
+		u.complete = true
+	}
+}
+
+// outcome maps the failure of the client's body (clientErr) to what is answered.
+func (u *uploader) outcome() (outcome, bool) {
+	if u == nil || u.clientErr == nil {
+		return 0, false
+	}
+	switch {
+	case errors.Is(u.clientErr, h2.ErrBodyTimeout):
+		return outcomeBodyTimeout, true
+	case errors.Is(u.clientErr, h2.ErrStreamReset), errors.Is(u.clientErr, h2.ErrConnClosed):
+		return outcomeClientGone, true
+	}
+	return outcomeClientBody, true
+}
