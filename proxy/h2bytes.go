@@ -34,7 +34,7 @@ import (
 // h2Work is a stream's work area for the byte-level exchange.
 type h2Work struct {
 	upWork
-	fwd bytesFwdSink[h2Fields]
+	fwd  bytesFwdSink[h2Fields]
 	body uploader // the request body's, when it has one
 }
 
