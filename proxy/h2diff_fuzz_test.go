@@ -111,6 +111,12 @@ func h2AcceptedDifference(method, path, authority, name, value string, std, own 
 		// :authority and forwards it.
 		return "Host differing from :authority: stream error", true
 	}
+	if ownMalformed && name == "content-length" && std.ended == "response" {
+		// RFC 9113 §8.1.1: a content-length that is not a number (or disagrees with
+		// the DATA) makes the request malformed; net/http's server drops a field it
+		// cannot parse and answers.
+		return "invalid content-length: stream error", true
+	}
 	if ownMalformed && path == "*" && method != "OPTIONS" && std.ended == "response" {
 		// RFC 9113 §8.3.1: "*" is the path of OPTIONS only. net/http's server takes it
 		// (and we route it); the own server refuses the malformed request.
@@ -144,10 +150,20 @@ func h2AcceptedDifference(method, path, authority, name, value string, std, own 
 		// without Host gets (RFC 9112 §3.2); net/http's looks the empty host up (404).
 		return "request without authority: 400 instead of 404", true
 	}
-	if std.ended == "response" && own.ended == "response" && std.status == "417" && own.status == "417" {
-		// An unknown expectation: both answer 417, net/http's server with no body, the
-		// own with the fixed answer every front-end sends (errors.go).
-		return "417 with the fixed answer's body", true
+	if name == "expect" && strings.EqualFold(value, "100-continue") && std.ended == "response" && own.ended == "response" &&
+		strings.Replace(own.body, `"Expect":["`+value+`"],`, "", 1) == std.body {
+		// A request with a body and Expect: 100-continue: the own server forwards the
+		// expectation and sends the body once the target said 100 (h2upload.go), so
+		// that a target can refuse an upload before it flows; net/http's server
+		// consumes it.
+		return "100-continue forwarded with the body", true
+	}
+	if name == "expect" && !strings.EqualFold(value, "100-continue") && own.ended == "response" && own.status == "417" {
+		// An unknown expectation: the own server answers 417 before routing, with the
+		// fixed answer every front-end sends (errors.go), as net/http's HTTP/1.1 server
+		// does; net/http's HTTP/2 server answers 417 (empty) for some requests and
+		// routes others (404, or the target's answer).
+		return "unknown Expect: 417 before routing", true
 	}
 	if std.ended == "reset" && own.ended == "reset" {
 		return "both refused the stream", true
