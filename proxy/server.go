@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -170,7 +171,12 @@ type Server struct {
 	hsCerts sync.Map
 	// hsLoggedAt and hsUnlogged rate-limit the TLS handshake failure lines (errors.go).
 	hsLoggedAt, hsUnlogged atomic.Int64
-	stapler                *stapler // OCSP staples for the table's certificates (ocsp.go)
+	// penalties are the client addresses refused at accept for abuse; the gates
+	// rate-limit the lines about penalties and refusals (penalize.go).
+	penalties                        *penalty.Table
+	abuseLoggedAt, abuseUnlogged     atomic.Int64
+	refusedLoggedAt, refusedUnlogged atomic.Int64
+	stapler                          *stapler // OCSP staples for the table's certificates (ocsp.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
@@ -236,6 +242,7 @@ func New(cfg Config) (*Server, error) {
 		s.totals = new(stats.Totals)
 	}
 	s.tunnels.m = make(map[*tunnel]struct{})
+	s.penalties = newPenaltyTable()
 	s.shutDone = make(chan struct{})
 	s.dialer, s.transport = newTransport(cfg)
 	s.up = newLeanTransport(cfg, s.transport)

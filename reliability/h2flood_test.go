@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -23,6 +24,12 @@ import (
 // The HTTP/2 floods attack whatever serves h2 on the listeners: prior-knowledge h2c on
 // the plain one, h2 by ALPN on the TLS one. They speak raw frames (x/net/http2's Framer
 // and hpack), so they do not depend on which server implementation answers.
+//
+// The attackers dial from loopback source addresses of their own (127.0.0.10 and up, one
+// per flood; Linux routes all of 127/8 to lo), the legitimate client from 127.0.0.1:
+// separating clients by address is what a real edge does, and what the binary's penalty
+// for abusive addresses (proxy/penalize.go) keys on. Each flood has a fresh address so
+// that no flood starts already penalised by the one before.
 
 // h2Attacker is one raw HTTP/2 connection, written by one goroutine.
 type h2Attacker struct {
@@ -36,17 +43,18 @@ type h2Attacker struct {
 // knowledge), sends the preface and settings, and, when read is set, reads and drops
 // every frame the server sends until the connection ends (its settings are never
 // acknowledged: an attacker need not).
-func dialH2(addr, sni string, read bool, settings ...http2.Setting) (*h2Attacker, error) {
+func dialH2(from net.IP, addr, sni string, read bool, settings ...http2.Setting) (*h2Attacker, error) {
 	var c net.Conn
 	var err error
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
 	if sni != "" {
-		c, err = tls.Dial("tcp", addr, &tls.Config{ServerName: sni, InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		c, err = tls.DialWithDialer(d, "tcp", addr, &tls.Config{ServerName: sni, InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 		if err == nil && c.(*tls.Conn).ConnectionState().NegotiatedProtocol != "h2" {
 			c.Close()
 			return nil, fmt.Errorf("ALPN did not select h2")
 		}
 	} else {
-		c, err = net.Dial("tcp", addr)
+		c, err = d.Dial("tcp", addr)
 	}
 	if err != nil {
 		return nil, err
@@ -80,10 +88,11 @@ func getFields(host, path string) []string {
 	return []string{":method", "GET", ":scheme", "http", ":authority", host, ":path", path}
 }
 
-// h2Flood runs conns attackers, each redialling when the server closes its connection,
-// until ctx ends; flood writes on one connection until a write fails or ctx ends. It
-// returns how many connections the server ended.
-func h2Flood(ctx context.Context, addr, sni string, conns int, read bool, settings []http2.Setting, flood func(ctx context.Context, a *h2Attacker) error) int64 {
+// h2Flood runs conns attackers from the source address from, each redialling at once
+// when the server closes or refuses its connection (as a real flood would), until ctx
+// ends; flood writes on one connection until a write fails or ctx ends. It returns how
+// many connections the server ended.
+func h2Flood(ctx context.Context, from net.IP, addr, sni string, conns int, read bool, settings []http2.Setting, flood func(ctx context.Context, a *h2Attacker) error) int64 {
 	var ended atomic.Int64
 	var wg sync.WaitGroup
 	for range conns {
@@ -91,7 +100,7 @@ func h2Flood(ctx context.Context, addr, sni string, conns int, read bool, settin
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				a, err := dialH2(addr, sni, read, settings...)
+				a, err := dialH2(from, addr, sni, read, settings...)
 				if err != nil {
 					continue
 				}
@@ -109,10 +118,25 @@ func h2Flood(ctx context.Context, addr, sni string, conns int, read bool, settin
 	return ended.Load()
 }
 
+// floodBound is the most the legitimate p99 may be during a flood (issue 16): 10x the
+// quiet p99, but never less than floodFloor.
+func floodBound(quiet time.Duration) time.Duration { return max(10*quiet, floodFloor) }
+
+// floodFloor keeps the bound meaningful when the quiet p99 is tiny: on a shared 2-core
+// machine, with the attacker's process on the same cores, one wake-up that waits for the
+// kernel's scheduler (a few milliseconds: its latency target with a handful of runnable
+// threads) lands in the p99 of a few hundred requests whatever the binary does. Quiet
+// p99s here are 0.5-1 ms, so the floor binds only on a quiet machine faster than this
+// one.
+const floodFloor = 5 * time.Millisecond
+
 // TestH2Floods: rapid reset (h2c and h2 over TLS), CONTINUATION floods, HPACK bombs,
 // SETTINGS and PING floods and zero-window stalls: legitimate HTTP/1.1 requests never
-// fail, and the binary's goroutines and memory come back to their baseline. The
-// legitimate p99 during each flood is logged against the quiet one (bench/README.md).
+// fail, their p99 during each flood stays within floodBound of the quiet one (issue 16;
+// the figures are in bench/README.md), the floods that must be judged abusive are (and
+// their address penalised: connections refused at accept), the attacker's own address is
+// served again once its penalty is over, and the binary's goroutines and memory come
+// back to their baseline.
 func TestH2Floods(t *testing.T) {
 	const legit, big, secure = "legit.rel.test", "big.rel.test", "tls.rel.test"
 	backend := echoBackend(t, "legit")
@@ -133,6 +157,9 @@ func TestH2Floods(t *testing.T) {
 		read     bool
 		settings []http2.Setting
 		run      func(ctx context.Context, a *h2Attacker) error
+		// benign: the flood is not judged abusive (a zero window is the client's right;
+		// the send timeout cuts the stalled streams).
+		benign bool
 	}
 	rapidReset := func(ctx context.Context, a *h2Attacker) error {
 		for id := uint32(1); ctx.Err() == nil; id += 2 {
@@ -193,7 +220,7 @@ func TestH2Floods(t *testing.T) {
 			}
 			return nil
 		}},
-		{name: "zero-window stall", read: true, settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
+		{name: "zero-window stall", read: true, benign: true, settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
 			run: func(ctx context.Context, a *h2Attacker) error {
 				for id := uint32(1); id < 200 && ctx.Err() == nil; id += 2 {
 					block := a.headers(getFields(big, "/big")...)
@@ -205,18 +232,52 @@ func TestH2Floods(t *testing.T) {
 				return nil
 			}},
 	}
-	for _, f := range floods {
+	for i, f := range floods {
 		t.Run(f.name, func(t *testing.T) {
 			addr := p.HTTP
 			if f.sni != "" {
 				addr = p.HTTPS
 			}
+			from := net.IPv4(127, 0, 0, byte(10+i))
+			before := scrape(t, p.Admin)
 			var ended int64
 			fig := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {
-				ended = h2Flood(ctx, addr, f.sni, 4, f.read, f.settings, f.run)
+				ended = h2Flood(ctx, from, addr, f.sni, 4, f.read, f.settings, f.run)
 			})
+			after := scrape(t, p.Admin)
+			abuse := after.get("ingress_client_abuse_total") - before.get("ingress_client_abuse_total")
+			refused := after.get("ingress_penalized_connections_total") - before.get("ingress_penalized_connections_total")
 			ratio := float64(fig.during.p99) / float64(max(fig.quiet.p99, 1))
-			t.Logf("%s: %d attacking connections ended by the server; legitimate p99 %.1fx quiet\n\t%s", f.name, ended, ratio, fig)
+			bound := floodBound(fig.quiet.p99)
+			t.Logf("%s: %d attacking connections ended by the server (%.0f for abuse), %.0f refused at accept; legitimate p99 %.1fx quiet (bound %s)\n\t%s",
+				f.name, ended, abuse, refused, ratio, bound, fig)
+			if fig.during.p99 > bound {
+				t.Errorf("%s: legitimate p99 %s during the flood, %.1fx the quiet %s: over the bound %s (10x quiet, at least %s)",
+					f.name, fig.during.p99, ratio, fig.quiet.p99, bound, floodFloor)
+			}
+			if !f.benign && (abuse == 0 || refused == 0) {
+				t.Errorf("%s: %.0f connections ended for abuse and %.0f refused at accept; want both above 0", f.name, abuse, refused)
+			}
+			if f.benign && abuse > 0 {
+				t.Errorf("%s: %.0f connections ended for abuse; want none", f.name, abuse)
+			}
+			// A penalty ends: the attacker's address is served again (penalties last
+			// 16 s at most).
+			c := sourceClient(t, from)
+			eventually(t, 20*time.Second, "a request from the penalised address served after its penalty", func() (bool, string) {
+				code, _, err := do(context.Background(), c, http.MethodGet, p.HTTP, legit, "/")
+				if err != nil {
+					return false, err.Error()
+				}
+				return code == http.StatusOK, fmt.Sprintf("status %d", code)
+			})
 		})
 	}
+}
+
+// sourceClient is an HTTP/1.1 client whose connections leave from the address from.
+func sourceClient(t *testing.T, from net.IP) *http.Client {
+	tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}).DialContext, DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: waitLimit}
 }

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"net"
 	"time"
 )
 
@@ -54,6 +55,12 @@ type Config struct {
 	// JunkBurst and JunkRate bound frames that make no progress (PING, SETTINGS,
 	// PRIORITY, empty DATA, unknown types), likewise (defaults 1000 and 500 per second).
 	JunkBurst, JunkRate int
+	// OnAbuse, when set, is told once, from the read loop, that the connection is being
+	// ended for abuse (a budget above exhausted: GOAWAY ENHANCE_YOUR_CALM), with a fixed
+	// text saying which. The engine's budgets are per connection and a client can
+	// reconnect; the caller, which knows the listener and the client's address, can make
+	// the verdict outlive the connection (proxy: a penalty per client address).
+	OnAbuse func(nc net.Conn, reason string)
 	// OnPanic, when set, is told about a handler that panicked (its stream was reset with
 	// INTERNAL_ERROR) instead of the panic going on and ending the process.
 	OnPanic func(v any, stack []byte)

@@ -83,7 +83,13 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st := &Stream{c: c, id: id, wake: make(chan struct{}, 1), bodyTimeout: c.cfg.BodyTimeout}
 	st.remoteDone = f.StreamEnded()
 	if f.Truncated {
-		// The head exceeds MaxHeaderBytes: 431, answered by the engine.
+		// The head exceeds MaxHeaderBytes: 431, answered by the engine. It is charged
+		// like a refused stream: a legitimate client rarely sends one, while an HPACK
+		// bomb (a large value in the dynamic table, then requests that name it again
+		// and again: megabytes decoded per kilobyte sent) is nothing but them.
+		if err := c.spendReset(); err != nil {
+			return err
+		}
 		c.startStream(st, serve431)
 		return nil
 	}
