@@ -18,7 +18,8 @@ type plainListener struct {
 	s *Server
 }
 
-// Accept skips (closes) connections from penalised client addresses (penalize.go).
+// Accept skips connections from penalised client addresses (penalize.go: they are
+// held in the tarpit).
 func (l *plainListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -40,8 +41,8 @@ type tlsListener struct {
 	s *Server
 }
 
-// Accept skips (closes) connections from penalised client addresses before their
-// handshake (penalize.go).
+// Accept skips connections from penalised client addresses before their handshake
+// (penalize.go: they are held in the tarpit).
 func (l *tlsListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()

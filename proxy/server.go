@@ -174,6 +174,7 @@ type Server struct {
 	// penalties are the client addresses refused at accept for abuse; the gates
 	// rate-limit the lines about penalties and refusals (penalize.go).
 	penalties                        *penalty.Table
+	tarpit                           *tarpit
 	abuseLoggedAt, abuseUnlogged     atomic.Int64
 	refusedLoggedAt, refusedUnlogged atomic.Int64
 	stapler                          *stapler // OCSP staples for the table's certificates (ocsp.go)
@@ -243,6 +244,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.tunnels.m = make(map[*tunnel]struct{})
 	s.penalties = newPenaltyTable()
+	s.tarpit = newTarpit()
 	s.shutDone = make(chan struct{})
 	s.dialer, s.transport = newTransport(cfg)
 	s.up = newLeanTransport(cfg, s.transport)
@@ -434,6 +436,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(swept)
 		s.up.Janitor(stapleCtx, time.Now)
 	}()
+	// The tarpit holds refused connections of penalised clients (penalize.go).
+	untarpitted := make(chan struct{})
+	go func() {
+		defer close(untarpitted)
+		s.tarpit.run(stapleCtx)
+	}()
 	s.ready.Store(!s.draining.Load())
 	stop := context.AfterFunc(ctx, s.closeNow)
 	wg.Wait()
@@ -441,6 +449,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	stopStapler()
 	<-stapled
 	<-swept
+	<-untarpitted
 	s.ready.Store(false)
 	if ctx.Err() != nil {
 		s.closeNow()

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +120,98 @@ func h2Flood(ctx context.Context, from net.IP, addr, sni string, conns int, read
 	return ended.Load()
 }
 
+// Hosts of TestH2Floods' routes.
+const (
+	floodLegit  = "legit.rel.test"
+	floodBig    = "big.rel.test"
+	floodSecure = "tls.rel.test"
+)
+
+// h2FloodKind is one kind of flood of TestH2Floods.
+type h2FloodKind struct {
+	name     string
+	tls      bool // over TLS (ALPN h2) to floodSecure, else h2c to floodLegit
+	read     bool
+	settings []http2.Setting
+	run      func(ctx context.Context, a *h2Attacker) error
+	// benign: the flood is not judged abusive (a zero window is the client's right;
+	// the send timeout cuts the stalled streams).
+	benign bool
+}
+
+func rapidReset(ctx context.Context, a *h2Attacker) error {
+	for id := uint32(1); ctx.Err() == nil; id += 2 {
+		block := a.headers(getFields(floodLegit, "/")...)
+		if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			return err
+		}
+		if err := a.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var h2FloodKinds = []h2FloodKind{
+	{name: "rapid reset h2c", read: true, run: rapidReset},
+	{name: "rapid reset h2 over TLS", tls: true, read: true, run: rapidReset},
+	{name: "CONTINUATION flood", read: true, run: func(ctx context.Context, a *h2Attacker) error {
+		first := a.headers(getFields(floodLegit, "/")...)
+		if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true}); err != nil {
+			return err
+		}
+		junk := a.headers("x-junk", strings.Repeat("j", 8000))
+		for ctx.Err() == nil {
+			if err := a.fr.WriteContinuation(1, false, junk); err != nil {
+				return err
+			}
+		}
+		return nil
+	}},
+	{name: "HPACK bomb", read: true, run: func(ctx context.Context, a *h2Attacker) error {
+		// One 4 KiB value in the dynamic table, then requests that name it a thousand
+		// times each (1 byte per reference: 4 MiB decoded per 1 KiB sent).
+		seed := a.headers(append(getFields(floodLegit, "/"), "x-bomb", strings.Repeat("b", 4000))...)
+		if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: seed, EndStream: true, EndHeaders: true}); err != nil {
+			return err
+		}
+		for id := uint32(3); ctx.Err() == nil; id += 2 {
+			block := append(a.headers(getFields(floodLegit, "/")...), bytes.Repeat([]byte{0x80 | 62}, 1000)...)
+			if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}},
+	{name: "SETTINGS flood", read: false, run: func(ctx context.Context, a *h2Attacker) error {
+		for ctx.Err() == nil {
+			if err := a.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}},
+	{name: "PING flood", read: false, run: func(ctx context.Context, a *h2Attacker) error {
+		for ctx.Err() == nil {
+			if err := a.fr.WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}},
+	{name: "zero-window stall", read: true, benign: true, settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
+		run: func(ctx context.Context, a *h2Attacker) error {
+			for id := uint32(1); id < 200 && ctx.Err() == nil; id += 2 {
+				block := a.headers(getFields(floodBig, "/big")...)
+				if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+					return err
+				}
+			}
+			<-ctx.Done() // the streams stall: no WINDOW_UPDATE ever
+			return nil
+		}},
+}
+
 // floodBound is the most the legitimate p99 may be during a flood (issue 16): 10x the
 // quiet p99, but never less than floodFloor.
 func floodBound(quiet time.Duration) time.Duration { return max(10*quiet, floodFloor) }
@@ -138,7 +232,6 @@ const floodFloor = 5 * time.Millisecond
 // served again once its penalty is over, and the binary's goroutines and memory come
 // back to their baseline.
 func TestH2Floods(t *testing.T) {
-	const legit, big, secure = "legit.rel.test", "big.rel.test", "tls.rel.test"
 	backend := echoBackend(t, "legit")
 	bigSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(bytes.Repeat([]byte("z"), 1<<20))
@@ -146,103 +239,19 @@ func TestH2Floods(t *testing.T) {
 	ln := listen(t)
 	go func() { _ = bigSrv.Serve(ln) }()
 	t.Cleanup(func() { _ = bigSrv.Close() })
-	certPEM, keyPEM := keyPair(t, secure)
+	certPEM, keyPEM := keyPair(t, floodSecure)
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
-		binarytest.Route(legit, "", false, backend), binarytest.Route(big, "", false, binarytest.TargetOf(t, ln.Addr().String(), "lease-big")), binarytest.Route(secure, "c", false, backend)),
+		binarytest.Route(floodLegit, "", false, backend), binarytest.Route(floodBig, "", false, binarytest.TargetOf(t, ln.Addr().String(), "lease-big")),
+		binarytest.Route(floodSecure, "c", false, backend)),
 		"--client-send-timeout", "3s", "--log-level", "info")
 
-	type flood struct {
-		name     string
-		sni      string
-		read     bool
-		settings []http2.Setting
-		run      func(ctx context.Context, a *h2Attacker) error
-		// benign: the flood is not judged abusive (a zero window is the client's right;
-		// the send timeout cuts the stalled streams).
-		benign bool
-	}
-	rapidReset := func(ctx context.Context, a *h2Attacker) error {
-		for id := uint32(1); ctx.Err() == nil; id += 2 {
-			block := a.headers(getFields(legit, "/")...)
-			if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
-				return err
-			}
-			if err := a.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	floods := []flood{
-		{name: "rapid reset h2c", read: true, run: rapidReset},
-		{name: "rapid reset h2 over TLS", sni: secure, read: true, run: rapidReset},
-		{name: "CONTINUATION flood", read: true, run: func(ctx context.Context, a *h2Attacker) error {
-			first := a.headers(getFields(legit, "/")...)
-			if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true}); err != nil {
-				return err
-			}
-			junk := a.headers("x-junk", strings.Repeat("j", 8000))
-			for ctx.Err() == nil {
-				if err := a.fr.WriteContinuation(1, false, junk); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{name: "HPACK bomb", read: true, run: func(ctx context.Context, a *h2Attacker) error {
-			// One 4 KiB value in the dynamic table, then requests that name it a thousand
-			// times each (1 byte per reference: 4 MiB decoded per 1 KiB sent).
-			seed := a.headers(append(getFields(legit, "/"), "x-bomb", strings.Repeat("b", 4000))...)
-			if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: seed, EndStream: true, EndHeaders: true}); err != nil {
-				return err
-			}
-			for id := uint32(3); ctx.Err() == nil; id += 2 {
-				block := append(a.headers(getFields(legit, "/")...), bytes.Repeat([]byte{0x80 | 62}, 1000)...)
-				if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{name: "SETTINGS flood", read: false, run: func(ctx context.Context, a *h2Attacker) error {
-			for ctx.Err() == nil {
-				if err := a.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{name: "PING flood", read: false, run: func(ctx context.Context, a *h2Attacker) error {
-			for ctx.Err() == nil {
-				if err := a.fr.WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{name: "zero-window stall", read: true, benign: true, settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}},
-			run: func(ctx context.Context, a *h2Attacker) error {
-				for id := uint32(1); id < 200 && ctx.Err() == nil; id += 2 {
-					block := a.headers(getFields(big, "/big")...)
-					if err := a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
-						return err
-					}
-				}
-				<-ctx.Done() // the streams stall: no WINDOW_UPDATE ever
-				return nil
-			}},
-	}
-	for i, f := range floods {
+	for i, f := range h2FloodKinds {
 		t.Run(f.name, func(t *testing.T) {
-			addr := p.HTTP
-			if f.sni != "" {
-				addr = p.HTTPS
-			}
 			from := net.IPv4(127, 0, 0, byte(10+i))
 			before := scrape(t, p.Admin)
 			var ended int64
-			fig := underAttack(t, p, legit, hostileDuration(), func(ctx context.Context) {
-				ended = h2Flood(ctx, from, addr, f.sni, 4, f.read, f.settings, f.run)
+			fig := underAttack(t, p, floodLegit, hostileDuration(), func(ctx context.Context) {
+				ended = runFloodProcess(t, i, p, from, hostileDuration())
 			})
 			after := scrape(t, p.Admin)
 			abuse := after.get("ingress_client_abuse_total") - before.get("ingress_client_abuse_total")
@@ -265,7 +274,7 @@ func TestH2Floods(t *testing.T) {
 			// 16 s at most).
 			c := sourceClient(t, from)
 			eventually(t, 20*time.Second, "a request from the penalised address served after its penalty", func() (bool, string) {
-				code, _, err := do(context.Background(), c, http.MethodGet, p.HTTP, legit, "/")
+				code, _, err := do(context.Background(), c, http.MethodGet, p.HTTP, floodLegit, "/")
 				if err != nil {
 					return false, err.Error()
 				}
@@ -273,6 +282,66 @@ func TestH2Floods(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The attackers of TestH2Floods run in a process of their own: this test binary again,
+// told by floodEnv which flood to run (kind, address, source address, duration).
+// Attackers are other machines or at least other processes in the world the bound is
+// about: run as goroutines of the test process, their CPU-bound frame writing (under
+// -race) took the processors of the very Go scheduler that wakes the legitimate
+// client's goroutine, which then waited on the attackers rather than on the binary.
+// As a process of their own they still share the machine's two cores with the binary
+// and the legitimate client.
+const floodEnv = "RELIABILITY_H2FLOOD_ATTACKER"
+
+// runFloodProcess runs flood kind for dur from the source address from in a child
+// process and returns how many attacking connections the server ended.
+func runFloodProcess(t *testing.T, kind int, p *proc, from net.IP, dur time.Duration) int64 {
+	t.Helper()
+	addr := p.HTTP
+	if h2FloodKinds[kind].tls {
+		addr = p.HTTPS
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur+waitLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s %s %s", floodEnv, kind, addr, from, dur))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("flood process: %v\n%s", err, out.String())
+	}
+	var ended int64
+	if _, err := fmt.Sscanf(out.String(), "ended %d", &ended); err != nil {
+		t.Fatalf("flood process said %q", out.String())
+	}
+	return ended
+}
+
+// floodProcess is the child's side of runFloodProcess (TestMain calls it first): when
+// floodEnv is set it runs the flood it names, prints "ended N" and returns true.
+func floodProcess() bool {
+	spec := os.Getenv(floodEnv)
+	if spec == "" {
+		return false
+	}
+	var kind int
+	var addr, from, durText string
+	_, err := fmt.Sscanf(spec, "%d %s %s %s", &kind, &addr, &from, &durText)
+	dur, derr := time.ParseDuration(durText)
+	if err != nil || derr != nil || kind < 0 || kind >= len(h2FloodKinds) {
+		fmt.Println("bad", floodEnv, spec, err, derr)
+		os.Exit(2)
+	}
+	f := h2FloodKinds[kind]
+	sni := ""
+	if f.tls {
+		sni = floodSecure
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	defer cancel()
+	fmt.Printf("ended %d\n", h2Flood(ctx, net.ParseIP(from), addr, sni, 4, f.read, f.settings, f.run))
+	return true
 }
 
 // sourceClient is an HTTP/1.1 client whose connections leave from the address from.
