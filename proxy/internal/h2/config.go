@@ -47,8 +47,8 @@ type Config struct {
 	// provokes more without reading is disconnected. It is above JunkBurst, so that a
 	// client that reads is stopped by the junk budget, with a GOAWAY, first.
 	MaxQueuedControl int
-	// ResetBurst and ResetRate bound stream resets, sent or received, and refused
-	// streams: a bucket of ResetBurst tokens refilled at ResetRate per second (defaults
+	// ResetBurst and ResetRate bound stream resets, sent or received, refused streams
+	// and request heads over MaxHeaderBytes (each counts as oversizeHeadResets): a bucket of ResetBurst tokens refilled at ResetRate per second (defaults
 	// 2*MaxConcurrentStreams and 100). When empty the connection ends with
 	// ENHANCE_YOUR_CALM (CVE-2023-44487, CVE-2025-8671).
 	ResetBurst, ResetRate int

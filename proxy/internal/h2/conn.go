@@ -478,8 +478,11 @@ func (c *Conn) spendJunk() error {
 }
 
 // spendReset charges a reset, sent or received, or a refused stream.
-func (c *Conn) spendReset() error {
-	if !c.resets.take(time.Now()) {
+func (c *Conn) spendReset() error { return c.spendResets(1) }
+
+// spendResets charges n resets at once (an oversized request head, onHeaders).
+func (c *Conn) spendResets(n int) error {
+	if !c.resets.takeN(time.Now(), min(n, c.resets.burst)) {
 		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets"}
 	}
 	return nil

@@ -24,8 +24,8 @@
 // receive windows), response buffers (StreamBuffer per stream), queued control frames
 // (MaxQueuedControl), header lists (MaxHeaderBytes, also bounding CONTINUATION
 // sequences), resets sent or received, refused streams and request heads over
-// MaxHeaderBytes (answered 431: an HPACK bomb is nothing but them), and frames that do
-// no work (token buckets whose exhaustion ends the connection with ENHANCE_YOUR_CALM;
+// MaxHeaderBytes (answered 431 and charged as 16 resets: an HPACK bomb is nothing but
+// them), and frames that do no work (token buckets whose exhaustion ends the connection with ENHANCE_YOUR_CALM;
 // WINDOW_UPDATEs are free up to two per DATA frame sent and per stream opened).
 //
 // These budgets are per connection. A verdict of abuse (ENHANCE_YOUR_CALM) is reported
