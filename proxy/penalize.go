@@ -119,8 +119,8 @@ func (s *Server) isTrustedAddr(a netip.Addr) bool {
 // never comes, or blocks writing once the held socket's buffers are full, and its CPU
 // goes back to everybody else on the machine. Measured with TestH2Floods (attacker,
 // binary and legitimate client on the same two cores): the legitimate p99 during the
-// floods was 5-10x quiet with refusals reset at once (8,000-12,000 reconnects per
-// second), 1.4-5x with them held.
+// floods was 2-10x quiet with refusals reset at once (6,000-10,000 reconnects a
+// second), 1-6x with them held (bench/README.md).
 //
 // Holding is bounded: at most tarpitMax connections in all, no goroutine of their own,
 // each with a receive buffer cut to tarpitReadBuffer (what the kernel keeps of what the

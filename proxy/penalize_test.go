@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -125,5 +126,61 @@ func TestRefusePenalizedAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("refusePenalized allocates %.1f times per connection", n)
+	}
+}
+
+// TestTarpit: held connections are closed when their penalty ends, all of them when the
+// tarpit stops (hold refuses from then on), and no more than tarpitMax are held.
+func TestTarpit(t *testing.T) {
+	tp := newTarpit()
+	now := time.Now()
+	type pair struct{ held, peer net.Conn }
+	var early, late []pair
+	for i := range tarpitMax {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		until := now.Add(time.Hour)
+		if i%2 == 0 {
+			until = now.Add(time.Second)
+			early = append(early, pair{a, b})
+		} else {
+			late = append(late, pair{a, b})
+		}
+		if !tp.hold(a, until) {
+			t.Fatalf("connection %d not held", i)
+		}
+	}
+	extra, _ := net.Pipe()
+	defer extra.Close()
+	if tp.hold(extra, now.Add(time.Second)) {
+		t.Fatalf("held more than %d connections", tarpitMax)
+	}
+	closed := func(p pair) bool {
+		// A pipe's write fails at once when the other end is closed; else nobody reads
+		// it, and the deadline ends it.
+		_ = p.peer.SetWriteDeadline(time.Now().Add(time.Second))
+		_, err := p.peer.Write([]byte{1})
+		return errors.Is(err, io.ErrClosedPipe)
+	}
+	if next := tp.release(now.Add(2 * time.Second)); !next.Equal(now.Add(time.Hour)) {
+		t.Fatalf("next end %s, want the late ones' %s", next, now.Add(time.Hour))
+	}
+	for _, p := range early {
+		if !closed(p) {
+			t.Fatal("a connection whose penalty ended is still held open")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tp.run(ctx) }()
+	cancel()
+	<-done
+	for _, p := range late {
+		if !closed(p) {
+			t.Fatal("a held connection survived the tarpit's end")
+		}
+	}
+	if tp.hold(extra, now.Add(time.Hour)) {
+		t.Fatal("held a connection after the tarpit ended")
 	}
 }
