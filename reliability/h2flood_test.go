@@ -234,8 +234,12 @@ const floodFloor = 5 * time.Millisecond
 // back to their baseline.
 func TestH2Floods(t *testing.T) {
 	backend := echoBackend(t, "legit")
+	// One body for every response: the zero-window stall asks for 400 of them at once,
+	// and a megabyte allocated per request (400 MiB in this -race process, which also
+	// runs the legitimate client) stalled the client for up to seconds in the collector.
+	bigBody := bytes.Repeat([]byte("z"), 1<<20)
 	bigSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write(bytes.Repeat([]byte("z"), 1<<20))
+		_, _ = w.Write(bigBody)
 	})}
 	ln := listen(t)
 	go func() { _ = bigSrv.Serve(ln) }()
