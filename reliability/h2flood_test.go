@@ -228,10 +228,10 @@ const floodFloor = 5 * time.Millisecond
 // TestH2Floods: rapid reset (h2c and h2 over TLS), CONTINUATION floods, HPACK bombs,
 // SETTINGS and PING floods and zero-window stalls: legitimate HTTP/1.1 requests never
 // fail, their p99 during each flood stays within floodBound of the quiet one (issue 16;
-// the figures are in bench/README.md; one second measurement is allowed), the floods that must be judged abusive are (and
-// their address penalised: connections refused at accept), the attacker's own address is
-// served again once its penalty is over, and the binary's goroutines and memory come
-// back to their baseline.
+// one second measurement is allowed; the figures are in bench/README.md), the floods
+// that must be judged abusive are (and their address penalised: connections refused at
+// accept), the attacker's own address is served again once its penalty is over, and the
+// binary's goroutines and memory come back to their baseline.
 func TestH2Floods(t *testing.T) {
 	backend := echoBackend(t, "legit")
 	// One body for every response: the zero-window stall asks for 400 of them at once,
