@@ -18,12 +18,19 @@ type plainListener struct {
 	s *Server
 }
 
+// Accept skips connections from penalised client addresses (penalize.go: they are
+// held in the tarpit).
 func (l *plainListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.s.refusePenalized(c) {
+			continue
+		}
+		return &clientConn{Conn: c, s: l.s}, nil
 	}
-	return &clientConn{Conn: c, s: l.s}, nil
 }
 
 // tlsListener terminates TLS itself (lazily, on the connection's own goroutine at its first
@@ -34,13 +41,20 @@ type tlsListener struct {
 	s *Server
 }
 
+// Accept skips connections from penalised client addresses before their handshake
+// (penalize.go: they are held in the tarpit).
 func (l *tlsListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.s.refusePenalized(c) {
+			continue
+		}
+		tc := tls.Server(c, l.s.tlsConfig)
+		return &clientConn{Conn: tc, tc: tc, s: l.s}, nil
 	}
-	tc := tls.Server(c, l.s.tlsConfig)
-	return &clientConn{Conn: tc, tc: tc, s: l.s}, nil
 }
 
 // clientConn is one client connection with its byte counters and the per-connection state

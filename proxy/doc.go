@@ -42,6 +42,9 @@
 // mapping, fixed answers, forwarding fields, accounting) and the targets' pools
 // (internal/upstream). Connection-level work
 // (TLS handshake, byte counters, ConnState) lives in conn.go; server.go is cold path.
+// Every accepted connection first passes the penalty check (penalize.go: an address
+// whose HTTP/2 connection was ended for abuse is refused for a while), a hash and an
+// atomic load or two of a fixed table (internal/penalty).
 //
 // proxy imports routetable and stats only, never register or relay.
 package proxy

@@ -77,6 +77,7 @@ func (s *Server) h2Config() h2.Config {
 		WriteTimeout:          s.cfg.ClientSendTimeout,
 		BodyTimeout:           s.cfg.ClientBodyTimeout,
 		EnableConnectProtocol: true,
+		OnAbuse:               s.h2Abuse,
 		OnPanic: func(v any, stack []byte) {
 			s.log.Error("HTTP/2 stream handler panicked; stream reset", zap.Any("panic", v), zap.ByteString("stack", stack))
 		},

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -183,7 +184,13 @@ type Server struct {
 	hsCerts sync.Map
 	// hsLoggedAt and hsUnlogged rate-limit the TLS handshake failure lines (errors.go).
 	hsLoggedAt, hsUnlogged atomic.Int64
-	stapler                *stapler // OCSP staples for the table's certificates (ocsp.go)
+	// penalties are the client addresses refused at accept for abuse; the gates
+	// rate-limit the lines about penalties and refusals (penalize.go).
+	penalties                        *penalty.Table
+	tarpit                           *tarpit
+	abuseLoggedAt, abuseUnlogged     atomic.Int64
+	refusedLoggedAt, refusedUnlogged atomic.Int64
+	stapler                          *stapler // OCSP staples for the table's certificates (ocsp.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
@@ -249,6 +256,8 @@ func New(cfg Config) (*Server, error) {
 		s.totals = new(stats.Totals)
 	}
 	s.tunnels.m = make(map[*tunnel]struct{})
+	s.penalties = newPenaltyTable()
+	s.tarpit = newTarpit()
 	s.shutDone = make(chan struct{})
 	s.dialer, s.transport = newTransport(cfg)
 	s.up = newLeanTransport(cfg, s.transport)
@@ -449,6 +458,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(swept)
 		s.up.Janitor(stapleCtx, time.Now)
 	}()
+	// The tarpit holds refused connections of penalised clients (penalize.go).
+	untarpitted := make(chan struct{})
+	go func() {
+		defer close(untarpitted)
+		s.tarpit.run(stapleCtx)
+	}()
 	s.ready.Store(!s.draining.Load())
 	stop := context.AfterFunc(ctx, s.closeNow)
 	wg.Wait()
@@ -456,6 +471,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	stopStapler()
 	<-stapled
 	<-swept
+	<-untarpitted
 	s.ready.Store(false)
 	if ctx.Err() != nil {
 		s.closeNow()

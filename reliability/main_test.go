@@ -20,6 +20,9 @@ var ingress = &binarytest.Binary{Package: binarytest.IngressPackage, Env: []stri
 var binary string
 
 func TestMain(m *testing.M) {
+	if floodProcess() {
+		return
+	}
 	flag.Parse()
 	if err := raiseNoFile(); err != nil {
 		fmt.Fprintln(os.Stderr, "reliability:", err)

@@ -20,6 +20,7 @@ type collector struct {
 	opts   CollectorOptions
 
 	requests, bytes, unknown, failures, inFlight, conns, websockets, tlsFailures *prometheus.Desc
+	abuse, penalized                                                             *prometheus.Desc
 	hostRequests, hostBytes                                                      *prometheus.Desc
 }
 
@@ -48,6 +49,10 @@ func NewCollector(reg *Registry, totals *Totals, opts CollectorOptions) promethe
 			"Open WebSocket tunnels.", nil, nil),
 		tlsFailures: prometheus.NewDesc("ingress_tls_handshake_failures_total",
 			"Failed client TLS handshakes.", nil, nil),
+		abuse: prometheus.NewDesc("ingress_client_abuse_total",
+			"Client connections ended for abuse (HTTP/2 floods, GOAWAY ENHANCE_YOUR_CALM); each penalises the client's address for a while.", nil, nil),
+		penalized: prometheus.NewDesc("ingress_penalized_connections_total",
+			"Client connections closed at accept, before any TLS or HTTP, because their address is penalised for abuse.", nil, nil),
 		hostRequests: prometheus.NewDesc("ingress_host_requests_total",
 			"Requests for a route hostname today (UTC); resets at midnight.", []string{"hostname"}, nil),
 		hostBytes: prometheus.NewDesc("ingress_host_bytes_total",
@@ -58,7 +63,7 @@ func NewCollector(reg *Registry, totals *Totals, opts CollectorOptions) promethe
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.totals != nil {
-		for _, d := range []*prometheus.Desc{c.requests, c.bytes, c.unknown, c.failures, c.inFlight, c.conns, c.websockets, c.tlsFailures} {
+		for _, d := range []*prometheus.Desc{c.requests, c.bytes, c.unknown, c.failures, c.inFlight, c.conns, c.websockets, c.tlsFailures, c.abuse, c.penalized} {
 			ch <- d
 		}
 	}
@@ -93,6 +98,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.inFlight, t.inFlight.Load())
 		gauge(c.websockets, t.websockets.Load())
 		counter(c.tlsFailures, t.tlsFailures.Load())
+		counter(c.abuse, t.abuse.Load())
+		counter(c.penalized, t.penalized.Load())
 	}
 	if c.opts.PerHost && c.reg != nil {
 		for _, h := range c.reg.todayCounters() {

@@ -67,6 +67,9 @@ func TestCollectorReadsTotals(t *testing.T) {
 	tot.Conn(ProtoHTTP2, 4)
 	tot.WebSocket(2)
 	tot.TLSHandshakeFailure()
+	tot.ClientAbuse()
+	tot.ClientAbuse()
+	tot.PenalizedRefusal()
 
 	c := NewCollector(nil, &tot, CollectorOptions{})
 	want := `
@@ -79,6 +82,8 @@ gauge ingress_open_connections{protocol="http3"} 0
 gauge ingress_open_websockets{} 2
 gauge ingress_requests_in_flight{} 2
 counter ingress_tls_handshake_failures_total{} 1
+counter ingress_client_abuse_total{} 2
+counter ingress_penalized_connections_total{} 1
 counter ingress_unknown_host_requests_total{} 1
 counter ingress_request_bytes_total{direction="in",protocol="http1"} 15
 counter ingress_request_bytes_total{direction="out",protocol="http1"} 100

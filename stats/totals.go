@@ -49,6 +49,8 @@ type Totals struct {
 	conns       [numProtos]atomic.Int64
 	websockets  atomic.Int64
 	tlsFailures atomic.Uint64
+	abuse       atomic.Uint64
+	penalized   atomic.Uint64
 }
 
 // Request counts one finished request of protocol p with its response status and bytes.
@@ -106,6 +108,14 @@ func (t *Totals) WebSocket(delta int64) { t.websockets.Add(delta) }
 // TLSHandshakeFailure counts one failed client TLS handshake.
 func (t *Totals) TLSHandshakeFailure() { t.tlsFailures.Add(1) }
 
+// ClientAbuse counts one client connection ended for abuse (an HTTP/2 flood: GOAWAY
+// ENHANCE_YOUR_CALM).
+func (t *Totals) ClientAbuse() { t.abuse.Add(1) }
+
+// PenalizedRefusal counts one client connection closed at accept because its address is
+// penalised for abuse.
+func (t *Totals) PenalizedRefusal() { t.penalized.Add(1) }
+
 // TotalsSnapshot is a plain copy of Totals, for tests and diagnostics.
 type TotalsSnapshot struct {
 	// Requests[p][c] counts finished requests of protocol p whose status class is c
@@ -118,6 +128,8 @@ type TotalsSnapshot struct {
 	Conns                [numProtos]int64
 	WebSockets           int64
 	TLSHandshakeFailures uint64
+	ClientAbuse          uint64
+	PenalizedRefusals    uint64
 }
 
 // Snapshot copies the counters. Each is read atomically; the set is not one instant.
@@ -138,5 +150,7 @@ func (t *Totals) Snapshot() TotalsSnapshot {
 	s.InFlight = t.inFlight.Load()
 	s.WebSockets = t.websockets.Load()
 	s.TLSHandshakeFailures = t.tlsFailures.Load()
+	s.ClientAbuse = t.abuse.Load()
+	s.PenalizedRefusals = t.penalized.Load()
 	return s
 }

@@ -8,6 +8,12 @@
 // settings, window-update (on the connection, increment 1), continuation (a header
 // block that never ends, CVE-2023-45288).
 //
+// The attackers dial from -from (127.0.0.2 by default; Linux routes all of 127/8 to
+// lo), the legitimate client from the default source address: the ingress penalises the
+// address of a client it ends for abuse (refused at accept for a while), as a real edge
+// separates clients by address. -from "" sends both from the same address, and the
+// legitimate client is then penalised with the attackers.
+//
 // Output:
 //
 //	quiet:  N requests, p50 A ms, p99 B ms
@@ -37,6 +43,7 @@ import (
 
 type config struct {
 	addr, host, path, attack string
+	from                     string // the attackers' source address; "" for the default
 	attackers                int
 	duration                 time.Duration
 }
@@ -48,6 +55,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.host, "host", "bench.test", ":authority of the requests")
 	fs.StringVar(&c.path, "path", "/64", "path of the legitimate requests")
 	fs.StringVar(&c.attack, "attack", "rapid-reset", "rapid-reset, ping, settings, window-update or continuation")
+	fs.StringVar(&c.from, "from", "127.0.0.2", `source address of the attackers ("" for the default)`)
 	fs.IntVar(&c.attackers, "attackers", 4, "flooding connections at once")
 	fs.DurationVar(&c.duration, "d", 5*time.Second, "duration of each phase")
 	if err := fs.Parse(args); err != nil {
@@ -58,6 +66,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.attackers < 1 || c.duration <= 0 {
 		return c, fmt.Errorf("-attackers and -d must be positive")
+	}
+	if c.from != "" && net.ParseIP(c.from) == nil {
+		return c, fmt.Errorf("-from %q is not an IP address", c.from)
 	}
 	return c, nil
 }
@@ -152,8 +163,12 @@ func flood(ctx context.Context, c config, conns, frames *atomic.Int64) {
 	}
 	block := hb.Bytes()
 	send := attacks[c.attack]
+	d := &net.Dialer{}
+	if c.from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(c.from)}
+	}
 	for ctx.Err() == nil {
-		nc, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.addr)
+		nc, err := d.DialContext(ctx, "tcp", c.addr)
 		if err != nil {
 			return
 		}

@@ -16,8 +16,11 @@ func TestParseFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-attackers", "0"}); err == nil {
 		t.Error("zero attackers were accepted")
 	}
+	if _, err := parseFlags([]string{"-from", "localhost"}); err == nil {
+		t.Error("a -from that is not an address was accepted")
+	}
 	c, err := parseFlags([]string{"-attack", "ping", "-d", "2s"})
-	if err != nil || c.attack != "ping" || c.duration != 2*time.Second {
+	if err != nil || c.attack != "ping" || c.duration != 2*time.Second || c.from != "127.0.0.2" {
 		t.Errorf("%+v %v", c, err)
 	}
 }

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"net"
 	"time"
 )
 
@@ -46,14 +47,20 @@ type Config struct {
 	// provokes more without reading is disconnected. It is above JunkBurst, so that a
 	// client that reads is stopped by the junk budget, with a GOAWAY, first.
 	MaxQueuedControl int
-	// ResetBurst and ResetRate bound stream resets, sent or received, and refused
-	// streams: a bucket of ResetBurst tokens refilled at ResetRate per second (defaults
+	// ResetBurst and ResetRate bound stream resets, sent or received, refused streams
+	// and request heads over MaxHeaderBytes (each counts as oversizeHeadResets): a bucket of ResetBurst tokens refilled at ResetRate per second (defaults
 	// 2*MaxConcurrentStreams and 100). When empty the connection ends with
 	// ENHANCE_YOUR_CALM (CVE-2023-44487, CVE-2025-8671).
 	ResetBurst, ResetRate int
 	// JunkBurst and JunkRate bound frames that make no progress (PING, SETTINGS,
 	// PRIORITY, empty DATA, unknown types), likewise (defaults 1000 and 500 per second).
 	JunkBurst, JunkRate int
+	// OnAbuse, when set, is told once, from the read loop, that the connection is being
+	// ended for abuse (a budget above exhausted: GOAWAY ENHANCE_YOUR_CALM), with a fixed
+	// text saying which. The engine's budgets are per connection and a client can
+	// reconnect; the caller, which knows the listener and the client's address, can make
+	// the verdict outlive the connection (proxy: a penalty per client address).
+	OnAbuse func(nc net.Conn, reason string)
 	// OnPanic, when set, is told about a handler that panicked (its stream was reset with
 	// INTERNAL_ERROR) instead of the panic going on and ending the process.
 	OnPanic func(v any, stack []byte)

@@ -71,6 +71,7 @@ type Conn struct {
 	goingAway, closing, dead bool
 	goawayID                 uint32
 	goawayCode               http2.ErrCode
+	abused                   bool  // the connection ends for abuse (connError.abusive)
 	sendWin                  int64 // connection send window
 	peerInitWin              int64
 	peerMaxFrame             uint32
@@ -141,9 +142,9 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.mu.Lock()
 	c.closing = true
 	c.wake.Signal()
-	// A client ended for abuse (ENHANCE_YOUR_CALM) is not read any further: draining a
-	// flood would be doing its work for it.
-	drain := c.goingAway && !c.dead && c.goawayCode != http2.ErrCodeEnhanceYourCalm
+	// A client ended for abuse is not read any further: draining a flood would be doing
+	// its work for it.
+	drain := c.goingAway && !c.dead && !c.abused
 	c.mu.Unlock()
 	select {
 	case <-c.writerDone:
@@ -249,6 +250,20 @@ type connError struct {
 
 func (e connError) Error() string { return "h2: connection error " + e.code.String() + ": " + e.reason }
 
+// abusive reports whether e is a verdict of abuse (Config.OnAbuse): a budget exhausted
+// (ENHANCE_YOUR_CALM), or a header block that went on after the framer had given up on
+// it (answered PROTOCOL_ERROR, as RFC 9113 wants, but a CONTINUATION flood all the same).
+func (e connError) abusive() bool {
+	return e.code == http2.ErrCodeEnhanceYourCalm || e.reason == reasonHeaderBlockOverLimit
+}
+
+// reasonHeaderBlockOverLimit: the framer refused a CONTINUATION of a header block that
+// already went past MaxHeaderBytes, which the client was told (SETTINGS
+// MAX_HEADER_LIST_SIZE): the first frame past the limit ends the connection. (It refuses
+// a fragment more than twice what is left of the list; a block of more than half the
+// limit in encoded bytes is where that can happen without an HPACK trick.)
+const reasonHeaderBlockOverLimit = "header block over the limit (CONTINUATION flood)"
+
 // yieldEvery is how many frames the read loop handles back to back, without waiting for
 // the socket, before it lets other goroutines run.
 const yieldEvery = 64
@@ -344,6 +359,9 @@ func (c *Conn) readErrorLocked(err error) error {
 		}
 		return c.refuse(se.StreamID, se.Code)
 	case errors.As(err, &ce):
+		if http2.ErrCode(ce) == http2.ErrCodeProtocol && c.budget.typ == byte(http2.FrameHeaders) && c.budget.n > int(c.cfg.MaxHeaderBytes/2) {
+			return connError{http2.ErrCodeProtocol, reasonHeaderBlockOverLimit}
+		}
 		return connError{http2.ErrCode(ce), "framer"}
 	case errors.Is(err, http2.ErrFrameTooLarge):
 		return connError{http2.ErrCodeFrameSize, "frame too large"}
@@ -429,7 +447,13 @@ func (c *Conn) fail(err error) error {
 			c.goawayCode = ce.code
 			c.wake.Signal()
 		}
+		abused := ce.abusive()
+		c.abused = c.abused || abused
 		c.mu.Unlock()
+		if abused && c.cfg.OnAbuse != nil {
+			// fail runs once per connection, on the read loop: told once.
+			c.cfg.OnAbuse(c.nc, ce.reason)
+		}
 	}
 	return err
 }
@@ -455,8 +479,11 @@ func (c *Conn) spendJunk() error {
 }
 
 // spendReset charges a reset, sent or received, or a refused stream.
-func (c *Conn) spendReset() error {
-	if !c.resets.take(time.Now()) {
+func (c *Conn) spendReset() error { return c.spendResets(1) }
+
+// spendResets charges n resets at once (an oversized request head, onHeaders).
+func (c *Conn) spendResets(n int) error {
+	if !c.resets.takeN(time.Now(), min(n, c.resets.burst)) {
 		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets"}
 	}
 	return nil

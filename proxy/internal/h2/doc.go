@@ -23,7 +23,12 @@
 // streams do not free their slot before their handler ends), request body buffers (the
 // receive windows), response buffers (StreamBuffer per stream), queued control frames
 // (MaxQueuedControl), header lists (MaxHeaderBytes, also bounding CONTINUATION
-// sequences), resets sent or received and frames that do no work (token buckets whose
-// exhaustion ends the connection with ENHANCE_YOUR_CALM; WINDOW_UPDATEs are free up to
-// two per DATA frame sent and per stream opened).
+// sequences), resets sent or received, refused streams and request heads over
+// MaxHeaderBytes (answered 431 and charged as 16 resets: an HPACK bomb is nothing but
+// them), and frames that do no work (token buckets whose exhaustion ends the connection with ENHANCE_YOUR_CALM;
+// WINDOW_UPDATEs are free up to two per DATA frame sent and per stream opened).
+//
+// These budgets are per connection. A verdict of abuse (ENHANCE_YOUR_CALM) is reported
+// to Config.OnAbuse, so that the caller can refuse the client's next connections for a
+// while: a reconnecting flood would otherwise get a fresh budget every time.
 package h2

@@ -18,20 +18,25 @@ type bucket struct {
 func newBucket(burst, rate int) bucket { return bucket{tokens: burst, burst: burst, rate: rate} }
 
 // take spends one token; false when none is left.
-func (b *bucket) take(now time.Time) bool {
+func (b *bucket) take(now time.Time) bool { return b.takeN(now, 1) }
+
+// takeN spends n tokens (n <= burst); false when fewer are left (then the bucket is
+// empty: the connection ends anyway).
+func (b *bucket) takeN(now time.Time, n int) bool {
 	if b.tokens < b.burst {
 		if add := int(now.Sub(b.last) * time.Duration(b.rate) / time.Second); add > 0 {
 			b.tokens = min(b.burst, b.tokens+add)
 			b.last = b.last.Add(time.Duration(add) * time.Second / time.Duration(b.rate))
 		}
 	}
-	if b.tokens == 0 {
+	if b.tokens < n {
+		b.tokens = 0
 		return false
 	}
 	if b.tokens == b.burst {
 		b.last = now // a full bucket does not bank time
 	}
-	b.tokens--
+	b.tokens -= n
 	return true
 }
 
