@@ -351,9 +351,12 @@ func TestBusyHandlersAnswerRetryNotDeadlock(t *testing.T) {
 			}
 		})
 	}
-	// Every call beyond the bound is answered "retry" (and logged so) instead of run.
+	// Every call beyond the bound is answered "retry" (and logged so) instead of run. A
+	// handler's slot is taken before its goroutine counts itself, so the wait is for
+	// both: the retries asked and the handlers counted.
 	testwait.Until(t, 5*time.Second, "the calls beyond the bound to be asked to retry", func() bool {
-		return logs.FilterMessage("relay handlers busy; asking for a retry").Len() >= n-MaxConcurrentHandlers
+		return logs.FilterMessage("relay handlers busy; asking for a retry").Len() >= n-MaxConcurrentHandlers &&
+			running.Load() >= MaxConcurrentHandlers
 	})
 	if got := running.Load(); got != MaxConcurrentHandlers {
 		t.Fatalf("%d handlers running, want the bound %d", got, MaxConcurrentHandlers)
