@@ -3,13 +3,10 @@ package proxy
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // h2Outcome is how one request over a fresh h2c connection ended, as the client saw it.
@@ -36,22 +33,8 @@ func (o h2Outcome) String() string {
 // h2Exchange sends one request (a header block of fields, then body as DATA when not
 // empty) on a new h2c connection to addr and reports how it ended.
 func h2Exchange(t testing.TB, addr string, fields [][2]string, body []byte) h2Outcome {
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, fr := h2Open(t, addr, len(body) == 0, fields...)
 	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	fr := http2.NewFramer(nc, nc)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range fields {
-		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	_, _ = nc.Write([]byte(http2.ClientPreface))
-	_ = fr.WriteSettings()
-	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: len(body) == 0, EndHeaders: true})
 	if len(body) > 0 {
 		_ = fr.WriteData(1, true, body)
 	}

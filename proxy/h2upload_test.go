@@ -15,9 +15,9 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// h2Body opens an h2c connection to addr, sends a request head (END_STREAM only when
-// body is nil) and returns the framer; body chunks are sent by the caller.
-func h2Open(t *testing.T, addr string, fields ...[2]string) (net.Conn, *http2.Framer) {
+// h2Open opens an h2c connection to addr and sends the preface, SETTINGS and a request
+// head on stream 1 (with END_STREAM when end); the rest is the caller's.
+func h2Open(t testing.TB, addr string, end bool, fields ...[2]string) (net.Conn, *http2.Framer) {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -34,7 +34,7 @@ func h2Open(t *testing.T, addr string, fields ...[2]string) (net.Conn, *http2.Fr
 	}
 	_, _ = nc.Write([]byte(http2.ClientPreface))
 	_ = fr.WriteSettings()
-	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: end, EndHeaders: true})
 	return nc, fr
 }
 
@@ -100,7 +100,7 @@ func TestH2UploadFraming(t *testing.T) {
 			[][2]string{{"x-sum", "42"}}, []string{"\r\nTransfer-Encoding: chunked\r\n", "\r\nTrailer: x-sum\r\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, fr := h2Open(t, e.http, tc.fields...)
+			_, fr := h2Open(t, e.http, false, tc.fields...)
 			for i, c := range tc.chunks {
 				_ = fr.WriteData(1, i == len(tc.chunks)-1 && tc.trailers == nil, []byte(c))
 			}
@@ -142,7 +142,7 @@ func TestH2UploadExpectContinue(t *testing.T) {
 		e := newEnv(t, withOwnH2)
 		tg := echoTarget(t) // serveRecorded answers 100 to Expect
 		e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
-		_, fr := h2Open(t, e.http, postFields([2]string{"content-length", "4"}, [2]string{"expect", "100-continue"})...)
+		_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "4"}, [2]string{"expect", "100-continue"})...)
 		// The client waits for the 100 before sending (what RFC 9110 §10.1.1 allows).
 		for {
 			f, err := fr.ReadFrame()
@@ -178,7 +178,7 @@ func TestH2UploadExpectContinue(t *testing.T) {
 			copied <- n
 		})
 		e.apply([]routeSpec{{host: h1Host, backends: []string{addr}}})
-		_, fr := h2Open(t, e.http, postFields([2]string{"content-length", "4"}, [2]string{"expect", "100-continue"})...)
+		_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "4"}, [2]string{"expect", "100-continue"})...)
 		status, body, _ := h2Await(t, fr, true)
 		if status != "417" || body != "no" {
 			t.Fatalf("%s %q", status, body)
@@ -206,7 +206,7 @@ func TestH2UploadEarlyAnswer(t *testing.T) {
 		_, _ = io.Copy(io.Discard, c) // until the proxy closes
 	})
 	e.apply([]routeSpec{{host: h1Host, backends: []string{addr}}})
-	_, fr := h2Open(t, e.http, postFields([2]string{"content-length", "1000000"})...)
+	_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "1000000"})...)
 	_ = fr.WriteData(1, false, []byte("first part"))
 	status, body, _ := h2Await(t, fr, true)
 	if status != "413" || body != "big" {
@@ -243,7 +243,7 @@ func TestH2UploadClientResets(t *testing.T) {
 		}
 	})
 	e.apply([]routeSpec{{host: h1Host, backends: []string{addr}}})
-	_, fr := h2Open(t, e.http, postFields([2]string{"content-length", "1000000"})...)
+	_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "1000000"})...)
 	_ = fr.WriteData(1, false, []byte("first part"))
 	time.Sleep(50 * time.Millisecond) // part of the test: the upload is under way
 	_ = fr.WriteRSTStream(1, http2.ErrCodeCancel)
