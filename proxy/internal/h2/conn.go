@@ -40,6 +40,8 @@ type Conn struct {
 	br      *bufio.Reader
 	budget  budgetReader
 	fr      *http2.Framer
+	hdec    *hpack.Decoder // emits into hb (headers.go)
+	hb      headerBlock
 	dlSetAt time.Time // when the read deadline was last armed (under mu)
 	dlIdle  bool      // it was armed for an idle connection
 	pingOut bool      // a PING of ours is unanswered
@@ -119,10 +121,12 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	c.budget.r = c.br
 	c.budget.timeout = c.cfg.HeaderTimeout
+	// The Framer returns HEADERS and CONTINUATION frames as they are (ReadMetaHeaders
+	// nil): their blocks are decoded in headers.go, without a MetaHeadersFrame per block.
 	c.fr = http2.NewFramer(nil, &c.budget)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = c.cfg.MaxHeaderBytes
 	c.fr.SetMaxReadFrameSize(defaultMaxFrame)
+	c.hdec = hpack.NewDecoder(4096, c.emitField)
+	c.hdec.SetMaxStringLength(int(c.cfg.MaxHeaderBytes))
 	c.wfr = http2.NewFramer(connWriter{c}, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 
@@ -257,11 +261,11 @@ func (e connError) abusive() bool {
 	return e.code == http2.ErrCodeEnhanceYourCalm || e.reason == reasonHeaderBlockOverLimit
 }
 
-// reasonHeaderBlockOverLimit: the framer refused a CONTINUATION of a header block that
-// already went past MaxHeaderBytes, which the client was told (SETTINGS
-// MAX_HEADER_LIST_SIZE): the first frame past the limit ends the connection. (It refuses
-// a fragment more than twice what is left of the list; a block of more than half the
-// limit in encoded bytes is where that can happen without an HPACK trick.)
+// reasonHeaderBlockOverLimit: a CONTINUATION of a header block that already went past
+// MaxHeaderBytes, which the client was told (SETTINGS MAX_HEADER_LIST_SIZE), was refused
+// (headerFragment): the first frame past the limit ends the connection. (A fragment more
+// than twice what is left of the list is refused; a block of more than half the limit
+// in encoded bytes is where that can happen without an HPACK trick.)
 const reasonHeaderBlockOverLimit = "header block over the limit (CONTINUATION flood)"
 
 // yieldEvery is how many frames the read loop handles back to back, without waiting for
@@ -278,7 +282,7 @@ func (c *Conn) readLoop() error {
 	if string(pre[:]) != http2.ClientPreface {
 		return c.fail(connError{http2.ErrCodeProtocol, "invalid preface"})
 	}
-	c.budget.refill(defaultMaxFrame + 9)
+	c.budget.refill(defaultMaxFrame+9, false)
 	f, err := c.fr.ReadFrame()
 	if err != nil {
 		return c.readFailed(err)
@@ -295,8 +299,9 @@ func (c *Conn) readLoop() error {
 	if err != nil {
 		return c.fail(err)
 	}
-	// A header block may take MaxHeaderBytes and, empty CONTINUATION frames aside, the
-	// Framer refuses fragments more than twice what is left of the list.
+	// A header block may take MaxHeaderBytes and, empty CONTINUATION frames aside,
+	// headerFragment refuses fragments more than twice what is left of the list. The
+	// budget is the whole block's, its frames read one ReadFrame call each.
 	frameBudget := 4*int(c.cfg.MaxHeaderBytes) + 2*(defaultMaxFrame+9)
 	for n := 0; ; n++ {
 		if n%yieldEvery == yieldEvery-1 && c.br.Buffered() > 0 {
@@ -305,7 +310,7 @@ func (c *Conn) readLoop() error {
 			// slice (10 ms): the other connections' goroutines get their turn.
 			runtime.Gosched()
 		}
-		c.budget.refill(frameBudget)
+		c.budget.refill(frameBudget-c.hb.bytes, c.hb.open)
 		f, err := c.fr.ReadFrame()
 		c.mu.Lock()
 		if err != nil {
@@ -318,11 +323,15 @@ func (c *Conn) readLoop() error {
 		}
 		c.pingOut = false
 		err = c.process(f)
-		if err == nil && c.goingAway && c.slots == 0 {
-			err = io.EOF // drained
-		}
-		if err == nil {
-			c.armRead(time.Now())
+		// In the middle of a header block the connection carries on as when the
+		// Framer read the block in one call: no drain ends it there, and the read
+		// deadline is not renewed (HeaderTimeout bounds the block anyway).
+		if err == nil && !c.hb.open {
+			if c.goingAway && c.slots == 0 {
+				err = io.EOF // drained
+			} else {
+				c.armRead(time.Now())
+			}
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -349,18 +358,20 @@ func (c *Conn) readErrorLocked(err error) error {
 	var ce http2.ConnectionError
 	switch {
 	case errors.As(err, &se):
-		// An invalid header block or frame on one stream. A HEADERS frame that opened a
-		// stream still used its id.
-		if st := c.streams[se.StreamID]; st != nil {
-			return c.streamError(st, se.Code)
-		}
-		if se.StreamID%2 == 1 && se.StreamID > c.maxSeen {
-			c.maxSeen = se.StreamID
-		}
-		return c.refuse(se.StreamID, se.Code)
+		// An invalid frame on one stream.
+		return c.headerStreamError(se.StreamID, se.Code)
 	case errors.As(err, &ce):
-		if http2.ErrCode(ce) == http2.ErrCodeProtocol && c.budget.typ == byte(http2.FrameHeaders) && c.budget.n > int(c.cfg.MaxHeaderBytes/2) {
-			return connError{http2.ErrCodeProtocol, reasonHeaderBlockOverLimit}
+		if http2.ErrCode(ce) == http2.ErrCodeProtocol {
+			// The Framer refused a frame of a header block (a CONTINUATION missing, or
+			// on another stream; a malformed HEADERS): judged by the block's bytes so
+			// far, as headerFragment's own refusals are.
+			if c.hb.open {
+				c.hb.open = false
+				return c.protocolError(c.hb.bytes + c.budget.n)
+			}
+			if c.budget.typ == byte(http2.FrameHeaders) {
+				return c.protocolError(c.budget.n)
+			}
 		}
 		return connError{http2.ErrCode(ce), "framer"}
 	case errors.Is(err, http2.ErrFrameTooLarge):
@@ -384,8 +395,9 @@ func (c *Conn) readTimeout() error {
 	if c.goingAway && c.slots == 0 {
 		return io.EOF
 	}
-	if c.budget.n > 0 {
-		// The deadline cut a frame: the framer's position is lost.
+	if c.budget.n > 0 || c.hb.open {
+		// The deadline cut a frame (the framer's position is lost) or a header block
+		// (which the Framer used to read in one call, and which HeaderTimeout bounds).
 		return errors.New("h2: read timeout inside a frame")
 	}
 	now := time.Now()

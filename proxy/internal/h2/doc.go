@@ -2,7 +2,9 @@
 // already-accepted connection, TLS after ALPN "h2" or plain with the prior-knowledge
 // preface, and hands each request stream to a Handler. It knows nothing of routes,
 // targets, statistics or listeners; frames and HPACK are coded by
-// golang.org/x/net/http2's Framer and hpack.
+// golang.org/x/net/http2's Framer and hpack. Header blocks (HEADERS and CONTINUATION
+// frames) are put together and their fields checked by the engine itself (headers.go),
+// as the Framer's ReadMetaHeaders would, without its allocations per block.
 //
 // # Goroutines and the hot path
 //

@@ -10,8 +10,10 @@ import (
 // connection (a connError says with which GOAWAY code).
 func (c *Conn) process(f http2.Frame) error {
 	switch f := f.(type) {
-	case *http2.MetaHeadersFrame:
-		return c.onHeaders(f)
+	case *http2.HeadersFrame:
+		return c.onHeadersFrame(f)
+	case *http2.ContinuationFrame:
+		return c.onContinuation(f)
 	case *http2.DataFrame:
 		return c.onData(f)
 	case *http2.WindowUpdateFrame:
@@ -58,19 +60,20 @@ func (c *Conn) process(f http2.Frame) error {
 	return c.spendJunk() // unknown frame types are ignored (RFC 9113 §5.5)
 }
 
-func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+// onHeaders handles a complete header block, decoded and checked by headerFragment.
+func (c *Conn) onHeaders(b *headerBlock) error {
+	id := b.id
 	if id%2 == 0 {
 		return connError{http2.ErrCodeProtocol, "even stream id"}
 	}
 	if st := c.streams[id]; st != nil {
-		return c.onTrailers(st, f)
+		return c.onTrailers(st, b)
 	}
 	if id <= c.maxSeen {
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
 	}
 	c.maxSeen = id
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if b.selfDep {
 		return c.refuse(id, http2.ErrCodeProtocol)
 	}
 	if c.goingAway {
@@ -80,11 +83,11 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return c.refuse(id, http2.ErrCodeRefusedStream)
 	}
 	st := &Stream{c: c, id: id, wake: make(chan struct{}, 1), bodyTimeout: c.cfg.BodyTimeout}
-	st.remoteDone = f.StreamEnded()
+	st.remoteDone = b.endStream
 	if !st.remoteDone {
 		st.rwake = make(chan struct{}, 1)
 	}
-	if f.Truncated {
+	if b.truncated {
 		// The head exceeds MaxHeaderBytes: 431, answered by the engine. It is charged
 		// like oversizeHeadResets refused streams: a legitimate client rarely sends one,
 		// while an HPACK bomb (a large value in the dynamic table, then requests that
@@ -96,7 +99,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.startStream(st, serve431)
 		return nil
 	}
-	if err := parseRequest(f.Fields, c.cfg.EnableConnectProtocol, &st.req); err != nil {
+	if err := parseRequest(b.fields, c.cfg.EnableConnectProtocol, &st.req); err != nil {
 		return c.refuse(id, http2.ErrCodeProtocol)
 	}
 	st.req.NoBody = st.remoteDone
@@ -130,14 +133,14 @@ func (c *Conn) startStream(st *Stream, h Handler) {
 	go st.run(h)
 }
 
-func (c *Conn) onTrailers(st *Stream, f *http2.MetaHeadersFrame) error {
+func (c *Conn) onTrailers(st *Stream, b *headerBlock) error {
 	if st.remoteDone {
 		return c.streamError(st, http2.ErrCodeStreamClosed)
 	}
-	if !f.StreamEnded() || f.Truncated {
+	if !b.endStream || b.truncated {
 		return c.streamError(st, http2.ErrCodeProtocol)
 	}
-	tr, n, err := parseTrailers(f.Fields)
+	tr, n, err := parseTrailers(b.fields)
 	if err != nil {
 		return c.streamError(st, http2.ErrCodeProtocol)
 	}

@@ -40,9 +40,9 @@ func (b *bucket) takeN(now time.Time, n int) bool {
 	return true
 }
 
-// errFrameBudget: one ReadFrame call read more bytes than any legitimate frame or header
-// block can take: a CONTINUATION flood (CVE-2023-45288), possibly of empty frames,
-// which the Framer's header-list limit alone does not stop.
+// errFrameBudget: a header block (HEADERS and its CONTINUATIONs), or any one frame,
+// took more bytes than any legitimate one can: a CONTINUATION flood (CVE-2023-45288),
+// possibly of empty frames, which the header-list limit alone does not stop.
 var errFrameBudget = errors.New("h2: header block too long (CONTINUATION flood)")
 
 // errFrameTooSlow: a header block with its CONTINUATIONs took longer than
@@ -50,31 +50,39 @@ var errFrameBudget = errors.New("h2: header block too long (CONTINUATION flood)"
 // stream's slot, or the connection's reader, for ever).
 var errFrameTooSlow = errors.New("h2: frame or header block too slow")
 
-// budgetReader sits between the Framer and the buffered connection: one ReadFrame call
-// may read at most left bytes (refill) and, when it reads a header block (HEADERS and
-// its CONTINUATIONs), take at most timeout from the block's first byte. DATA frames are
-// not timed here: a slow upload is the body timeout's business.
+// budgetReader sits between the Framer and the buffered connection. The read loop
+// refills it before each ReadFrame call, which reads one frame: with a header block's
+// frames each read on its own (headers.go), the limits below are the block's, carried
+// from frame to frame. The call may read at most left bytes (what is left of the
+// frame's or the block's budget) and, when it reads a frame of a header block, not go
+// on past timeout from the block's first byte. DATA frames are not timed here: a slow
+// upload is the body timeout's business.
 type budgetReader struct {
 	r       io.Reader
 	left    int
 	n       int // bytes read since the refill
 	timeout time.Duration
-	started time.Time // when the first byte since the refill arrived
-	typ     byte      // the type of the first frame since the refill, once known
+	// started is when the header block's first byte arrived: this call's first byte,
+	// unless inBlock.
+	started time.Time
+	typ     byte // the type of the frame since the refill, once known
+	// inBlock: the frame continues a header block begun by an earlier call; started is
+	// that block's and the frame is timed from the first byte.
+	inBlock bool
 }
 
 func (b *budgetReader) Read(p []byte) (int, error) {
 	if b.left <= 0 {
 		return 0, errFrameBudget
 	}
-	if b.n > 3 && b.typ == byte(http2.FrameHeaders) && time.Since(b.started) > b.timeout {
+	if (b.inBlock || b.n > 3 && b.typ == byte(http2.FrameHeaders)) && time.Since(b.started) > b.timeout {
 		return 0, errFrameTooSlow
 	}
 	if len(p) > b.left {
 		p = p[:b.left]
 	}
 	n, err := b.r.Read(p)
-	if b.n == 0 && n > 0 {
+	if b.n == 0 && n > 0 && !b.inBlock {
 		b.started = time.Now()
 	}
 	if b.n <= 3 && b.n+n > 3 {
@@ -85,4 +93,9 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *budgetReader) refill(budget int) { b.left, b.n = budget, 0 }
+// refill readies the next ReadFrame call: budget bytes at most; inBlock when the frame
+// to come continues a header block (then budget is what the block has left, and the
+// block's start stands).
+func (b *budgetReader) refill(budget int, inBlock bool) {
+	b.left, b.n, b.inBlock = budget, 0, inBlock
+}

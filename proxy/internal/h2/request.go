@@ -47,17 +47,22 @@ var (
 	errNoConnectProto = errors.New("extended CONNECT not enabled")
 )
 
-// parseRequest validates a request head decoded by the Framer (which already refused
+// parseRequest validates a request head decoded by headerFragment (which already refused
 // invalid names and values, unknown, repeated and misplaced pseudo-headers) against
-// RFC 9113 §8.2-8.5 and RFC 8441, and builds r, whose Fields take over fields' array.
+// RFC 9113 §8.2-8.5 and RFC 8441, and builds r. fields is the connection's, reused for
+// its next header block: r.Fields gets an array of its own (the one allocation, sized to
+// the fields kept), r's strings are hpack's and outlive fields.
 // Any error is a stream error PROTOCOL_ERROR.
 func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) error {
 	var host string
 	var hasHost, hasAuthority bool
 	r.ContentLength = -1
-	cookies := 0
+	cookies, regular := 0, 0
 	for _, f := range fields {
 		r.HeaderBytes += int64(len(f.Name) + len(f.Value))
+		if f.Name != "host" && !strings.HasPrefix(f.Name, ":") {
+			regular++
+		}
 		if strings.HasPrefix(f.Name, ":") {
 			switch f.Name {
 			case ":method":
@@ -138,9 +143,14 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 			return errBadPath
 		}
 	}
-	// The regular fields are kept in fields' own array, filtered in place (the write
-	// index never passes the read index): the framer makes a new slice per header block.
-	r.Fields = fields[:0]
+	// The regular fields but host, the cookie crumbs in one field.
+	if cookies > 1 {
+		regular -= cookies - 1
+	}
+	r.Fields = nil
+	if regular > 0 {
+		r.Fields = make([]hpack.HeaderField, 0, regular)
+	}
 	var cookie []string
 	for _, f := range fields {
 		if strings.HasPrefix(f.Name, ":") || f.Name == "host" {
