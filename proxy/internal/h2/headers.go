@@ -210,8 +210,8 @@ func (c *Conn) emitField(f hpack.HeaderField) {
 	b.fields = append(b.fields, f)
 }
 
-// validWireHeaderFieldName is x/net's (http2.go): a non-empty token without upper case
-// letters (RFC 9113 §8.2.1).
+// validWireHeaderFieldName reports a field name HTTP/2 allows on the wire (RFC 9113
+// §8.2.1, the rule x/net's Framer applies): a non-empty token without upper case letters.
 func validWireHeaderFieldName(v string) bool {
 	if len(v) == 0 {
 		return false
