@@ -300,6 +300,13 @@ func wireAccepted(in wireInput, std, own wireOutcome) (string, bool) {
 		// Neither forwarded: how each refused is FuzzH2OwnMatchesStd's comparison.
 		return "neither forwarded", true
 	}
+	if len(std.heads) == 0 && std.client.status == "502" && len(own.heads) == 1 && has("trailer", func(string) bool { return true }) {
+		// A bodiless request announcing trailers: net/http's server turns the
+		// announcement into Request.Trailer keys, which its request writer then refuses
+		// (an empty or invalid name) or waits for; the own server drops the hop-by-hop
+		// field, as there is no body to carry trailers.
+		return "trailer announced on a bodiless request: net/http's writer fails", true
+	}
 	if len(std.heads) == 0 && in.method == "OPTIONS" && in.path == "*" && std.client.status == "200" {
 		// net/http's server answers "OPTIONS *" itself; the own server forwards it.
 		return "OPTIONS * answered by net/http itself", true
