@@ -252,17 +252,19 @@ func TestH2Floods(t *testing.T) {
 
 	for i, f := range h2FloodKinds {
 		t.Run(f.name, func(t *testing.T) {
-			// A second measurement when the first is over the bound, from a fresh
-			// address: the machine is shared, and a burst of someone else's work during
-			// the flood (or a quiet window too lucky) must strike twice to fail the test.
-			// A server that lets floods through is over the bound every time.
-			for attempt := range 2 {
+			// Up to two more measurements when one is over the bound, each from a
+			// fresh address: the machine is shared (in CI with the other packages'
+			// tests), and a burst of someone else's work during the flood (or a quiet
+			// window too lucky) must strike three times to fail the test. A server that
+			// lets floods through is over the bound every time.
+			const attempts = 3
+			for attempt := range attempts {
 				from := net.IPv4(127, 0, 0, byte(10+i+20*attempt))
-				if floodWithinBound(t, p, i, from, attempt == 1) {
+				if floodWithinBound(t, p, i, from, attempt == attempts-1) {
 					return
 				}
-				if attempt == 0 {
-					t.Logf("%s: over the bound; measuring once more from a fresh address", f.name)
+				if attempt < attempts-1 {
+					t.Logf("%s: over the bound; measuring again from a fresh address", f.name)
 				}
 			}
 		})
