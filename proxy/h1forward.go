@@ -298,6 +298,14 @@ func responseFraming(res *h1wire.Response, head bool) (frame int, keepUp bool) {
 	return frame, !res.ConnClose && frame != frameClose
 }
 
+// takeLength takes from chunk what is left of a body of known length: the body's bytes,
+// what remains after them, and whether chunk held nothing beyond the body (bytes after
+// it mean the target connection cannot be kept).
+func takeLength(chunk []byte, remaining int64) (body []byte, left int64, clean bool) {
+	k := min(int64(len(chunk)), remaining)
+	return chunk[:k], remaining - k, int64(len(chunk)) <= remaining
+}
+
 // Body framing of a relayed response.
 const (
 	frameNone    = iota // no body (HEAD, 204, 304)
@@ -412,9 +420,9 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 			chunk := buf[:nr]
 			switch frame {
 			case frameLength:
-				k := min(int64(nr), remaining)
-				keepUp = keepUp && int64(nr) <= remaining
-				chunk, remaining = chunk[:k], remaining-k
+				var clean bool
+				chunk, remaining, clean = takeLength(chunk, remaining)
+				keepUp = keepUp && clean
 				done = remaining == 0
 			case frameChunked:
 				n, fin, err := sc.Scan(chunk)

@@ -416,9 +416,9 @@ func (x *h2Req) relayRest(w *h2Work, uc *upstream.Conn, frame int, remaining int
 			chunk, done := buf[:nr], false
 			switch frame {
 			case frameLength:
-				k := min(int64(nr), remaining)
-				keepUp = keepUp && int64(nr) <= remaining
-				chunk, remaining = chunk[:k], remaining-k
+				var clean bool
+				chunk, remaining, clean = takeLength(chunk, remaining)
+				keepUp = keepUp && clean
 				done = remaining == 0
 			case frameChunked:
 				n, d, fin, err := sc.Decode(chunk)
