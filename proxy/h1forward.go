@@ -402,14 +402,21 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 		out = append(b, first...)
 		w.wb = out
 	}
+	if done {
+		// The exchange with the target is over: its connection goes back to the pool
+		// before the client has the answer, so that the client's next request (on this
+		// connection or another) finds it there.
+		c.s.up.Put(uc, keepUp, c.s.up.now())
+		if _, err := c.send(out); err != nil {
+			c.err = err
+			return 0, true // the client left or stalled: recorded as 499
+		}
+		return status, false
+	}
 	if _, err := c.send(out); err != nil {
 		uc.Close()
 		c.err = err
 		return 0, true // the client left or stalled: recorded as 499
-	}
-	if done {
-		c.s.up.Put(uc, keepUp, c.s.up.now())
-		return status, false
 	}
 
 	// The rest of the body, as it comes (so event streams flow).
@@ -435,13 +442,17 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 				w.wb = appendChunk(w.wb[:0], chunk)
 				chunk = w.wb
 			}
+			if done {
+				c.s.up.Put(uc, keepUp, c.s.up.now()) // before the client has the end, as above
+			}
 			if _, err := c.send(chunk); err != nil {
-				uc.Close()
+				if !done {
+					uc.Close()
+				}
 				c.err = err
 				return 0, true // the client left or stalled: recorded as 499
 			}
 			if done {
-				c.s.up.Put(uc, keepUp, c.s.up.now())
 				return status, false
 			}
 		}
