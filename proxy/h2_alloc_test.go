@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"net"
 	"testing"
 
@@ -9,15 +12,13 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// h2AllocLimit guards against regressions of the own HTTP/2 server's allocations per
-// forwarded request (client, proxy and target together; the client's share is a frame
-// or two). The goal of issue 13 is at most 2; the target side still goes through the
-// upstream's http.Request/http.Response round trip, which is most of them.
-const h2AllocLimit = 60
+// h2AllocLimit: allocations per request forwarded by the own HTTP/2 server (proxy and
+// target together; the test's client and target allocate nothing). Issue 13 asks for
+// at most 2. The one left is x/net's Framer, which makes a HeadersFrame per HEADERS.
+// Under the race detector sync.Pool drops a share of what is put back, so a few pooled
+// buffers are made again.
+const h2AllocLimit = 1
 
-// TestH2HotPathAllocs: allocations per request forwarded by the own HTTP/2 server,
-// measured through real loopback sockets for the whole process with a client and a
-// target that allocate (almost) nothing themselves.
 func TestH2HotPathAllocs(t *testing.T) {
 	e := newEnv(t, withOwnH2)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{rawTarget(t)}}})
@@ -26,7 +27,9 @@ func TestH2HotPathAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fr := http2.NewFramer(c, c)
+	fr := http2.NewFramer(c, nil) // writes only: frames are read below without allocating
+	br := bufio.NewReader(c)
+	var payload [64 << 10]byte
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "app.example.test"}, {":path", "/bench?q=1"}, {"user-agent", "bench"}, {"accept", "*/*"}} {
@@ -55,17 +58,23 @@ func TestH2HotPathAllocs(t *testing.T) {
 			return
 		}
 		for {
-			f, err := fr.ReadFrame()
+			fh, err := http2.ReadFrameHeader(br)
+			if err == nil && int(fh.Length) > len(payload) {
+				err = errors.New("frame too large")
+			}
+			if err == nil {
+				_, err = io.ReadFull(br, payload[:fh.Length])
+			}
 			if err != nil {
 				failed = err
 				return
 			}
-			if f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) {
-				break
-			}
-			if rst, ok := f.(*http2.RSTStreamFrame); ok {
-				failed = http2.StreamError{StreamID: rst.StreamID, Code: rst.ErrCode}
+			if fh.Type == http2.FrameRSTStream {
+				failed = errors.New("stream reset")
 				return
+			}
+			if fh.StreamID == id && fh.Flags.Has(http2.FlagDataEndStream) {
+				break
 			}
 		}
 		id += 2
@@ -77,8 +86,12 @@ func TestH2HotPathAllocs(t *testing.T) {
 	if failed != nil {
 		t.Fatal(failed)
 	}
-	t.Logf("%.1f allocations per request for client, proxy and target together", allocs)
-	if allocs > h2AllocLimit {
-		t.Errorf("%.1f allocations per request, want at most %d", allocs, h2AllocLimit)
+	t.Logf("%.1f allocations per request forwarded", allocs)
+	limit := float64(h2AllocLimit)
+	if raceEnabled {
+		limit += 3
+	}
+	if allocs > limit {
+		t.Errorf("%.1f allocations per request, want at most %.0f", allocs, limit)
 	}
 }

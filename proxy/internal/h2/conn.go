@@ -16,9 +16,10 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// Handler serves request streams. ServeH2 runs on a goroutine of its own per stream;
-// when it returns the response is complete (Close is implied if the head was written,
-// a reset with INTERNAL_ERROR if nothing was).
+// Handler serves request streams. ServeH2 runs on a goroutine of its own per stream
+// (reused for later streams); when it returns the response is complete (Close is
+// implied if the head was written, a reset with INTERNAL_ERROR if nothing was), and the
+// Stream must no longer be used, nor anything it returned.
 type Handler interface {
 	ServeH2(st *Stream)
 }
@@ -54,7 +55,7 @@ type Conn struct {
 	henc     *hpack.Encoder
 	hbuf     bytes.Buffer
 	items    []item
-	ended    []*Stream // streams whose END_STREAM is in the batch being written
+	batch    []*Stream // the streams with items in the batch being written (inBatch)
 	wdlSetAt time.Time
 	maxFrame uint32 // peerMaxFrame as of the batch being written
 
@@ -65,8 +66,10 @@ type Conn struct {
 	ready    []*Stream // streams with something the writer can send
 	blocked  []*Stream // streams waiting for the connection's send window
 	streams  map[uint32]*Stream
-	slots    int    // streams open or with a handler still running
-	maxSeen  uint32 // highest client stream id seen
+	free     []*Stream // reusable streams (reuse.go)
+	workers  []*worker // parked stream goroutines (reuse.go)
+	slots    int       // streams open or with a handler still running
+	maxSeen  uint32    // highest client stream id seen
 	lastIdle time.Time
 	// goingAway: a GOAWAY was queued; streams above goawayID are ignored. closing: the
 	// writer ends once its queue is written. dead: the socket is closed.
@@ -211,6 +214,7 @@ func (c *Conn) closeLocked() {
 		st.resetLocked(ErrConnClosed)
 		c.closeStream(st)
 	}
+	c.dropReuse()
 	if c.connStall != nil {
 		c.connStall.Stop()
 	}
@@ -408,6 +412,7 @@ func (c *Conn) readTimeout() error {
 			return io.EOF
 		}
 		c.pingOut = false
+		c.dropReuse() // quiet: no parked workers or free streams kept
 		c.dlSetAt, c.dlIdle = now, true
 		_ = c.nc.SetReadDeadline(c.lastIdle.Add(c.cfg.IdleTimeout))
 		return nil
@@ -439,6 +444,9 @@ func (c *Conn) armRead(now time.Time) {
 	d := c.cfg.ReadIdleTimeout
 	if idle {
 		d = min(d, c.cfg.IdleTimeout-now.Sub(c.lastIdle))
+		if c.hasReuse() {
+			d = min(d, reuseIdle)
+		}
 	}
 	_ = c.nc.SetReadDeadline(now.Add(max(d, 0)))
 }

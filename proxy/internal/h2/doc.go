@@ -10,8 +10,10 @@
 //
 // The hot path starts at [Conn.Serve]'s read loop (conn.go): one goroutine per
 // connection reads frames and handles each one inline, under the connection's lock
-// (no channel per frame). A new request stream starts its handler on a goroutine of its
-// own ([Handler.ServeH2]); the handler reads the request body with [Stream.Read] and
+// (no channel per frame). A new request stream runs its handler ([Handler.ServeH2]) on
+// a goroutine of its own, a worker the connection keeps parked between streams, with a
+// Stream object reused from an earlier stream (reuse.go): a busy connection starts a
+// stream without allocating. The handler reads the request body with [Stream.Read] and
 // answers with [Stream.WriteHead], [Stream.Write] and [Stream.Close]. These only queue:
 // one writer goroutine per connection (writer.go) drains the queue of every stream,
 // encodes control frames, HEADERS and DATA into a per-connection buffer and flushes it

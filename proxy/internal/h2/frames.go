@@ -82,9 +82,13 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
 		return c.refuse(id, http2.ErrCodeRefusedStream)
 	}
-	st := &Stream{c: c, id: id, wake: make(chan struct{}, 1), bodyTimeout: c.cfg.BodyTimeout}
+	h := c.h
+	if b.truncated {
+		h = serve431
+	}
+	st := c.newStream(id, h)
 	st.remoteDone = b.endStream
-	if !st.remoteDone {
+	if !st.remoteDone && st.rwake == nil {
 		st.rwake = make(chan struct{}, 1)
 	}
 	if b.truncated {
@@ -96,18 +100,20 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		if err := c.spendResets(oversizeHeadResets); err != nil {
 			return err
 		}
-		c.startStream(st, serve431)
+		c.startStream(st)
 		return nil
 	}
 	if err := parseRequest(b.fields, c.cfg.EnableConnectProtocol, &st.req); err != nil {
+		c.discard(st)
 		return c.refuse(id, http2.ErrCodeProtocol)
 	}
 	st.req.NoBody = st.remoteDone
 	if st.remoteDone && st.req.ContentLength > 0 {
+		c.discard(st)
 		return c.refuse(id, http2.ErrCodeProtocol)
 	}
 	st.recvWin = c.cfg.StreamWindow
-	c.startStream(st, c.h)
+	c.startStream(st)
 	return nil
 }
 
@@ -119,18 +125,10 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 // reach 30x quiet at those bursts.
 const oversizeHeadResets = 16
 
-// startStream opens st and runs h on it.
-func (c *Conn) startStream(st *Stream, h Handler) {
-	st.sendWin = c.peerInitWin
-	// Not a child of the connection's context: registering each stream with it would
-	// take its lock twice per stream. The connection cancels its streams itself (Close
-	// resets every open one; a stream is cancelled when reset and when its handler ends).
-	st.ctx.parent = c.ctx
-	c.streams[st.id] = st
-	c.slots++
-	c.earnWindowUpdates()
-	c.handlers.Add(1)
-	go st.run(h)
+// discard gives back a stream that never started (c.mu held).
+func (c *Conn) discard(st *Stream) {
+	st.handlerDone, st.closed = true, true
+	c.maybeReuse(st)
 }
 
 func (c *Conn) onTrailers(st *Stream, b *headerBlock) error {
@@ -261,6 +259,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 			for _, st := range c.blocked {
 				st.blocked = false
 				c.makeReady(st)
+				c.maybeReuse(st) // reset while it waited
 			}
 			clear(c.blocked)
 			c.blocked = c.blocked[:0]
@@ -342,11 +341,7 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 // free while their work goes on (CVE-2025-8671).
 func (c *Conn) streamError(st *Stream, code http2.ErrCode) error {
 	charge := !st.handlerDone
-	if !st.reset {
-		st.resetLocked(ErrStreamReset)
-		c.closeStream(st)
-	}
-	if err := c.queueCtrl(item{kind: itReset, id: st.id, code: code}); err != nil {
+	if err := c.resetStream(st, code, ErrStreamReset); err != nil {
 		return err
 	}
 	if charge {
@@ -382,6 +377,7 @@ func (c *Conn) closeStream(st *Stream) {
 	}
 	if st.handlerDone {
 		c.releaseSlot()
+		c.maybeReuse(st)
 	}
 }
 
@@ -397,6 +393,8 @@ func (c *Conn) releaseSlot() {
 		// The read loop may be blocked with a busy connection's deadline: the idle
 		// timeout starts now.
 		c.dlSetAt, c.dlIdle = now, true
-		_ = c.nc.SetReadDeadline(now.Add(min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout)))
+		// Its free streams and parked workers (the last stream's worker parks right
+		// after this) go after reuseIdle.
+		_ = c.nc.SetReadDeadline(now.Add(min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)))
 	}
 }

@@ -50,8 +50,8 @@ var (
 // parseRequest validates a request head decoded by headerFragment (which already refused
 // invalid names and values, unknown, repeated and misplaced pseudo-headers) against
 // RFC 9113 §8.2-8.5 and RFC 8441, and builds r. fields is the connection's, reused for
-// its next header block: r.Fields gets an array of its own (the one allocation, sized to
-// the fields kept), r's strings are hpack's and outlive fields.
+// its next header block: r.Fields gets an array of its own (the stream's, kept when the
+// stream object is reused), r's strings are hpack's and outlive fields.
 // Any error is a stream error PROTOCOL_ERROR.
 func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) error {
 	var host string
@@ -147,8 +147,8 @@ func parseRequest(fields []hpack.HeaderField, connectProto bool, r *Request) err
 	if cookies > 1 {
 		regular -= cookies - 1
 	}
-	r.Fields = nil
-	if regular > 0 {
+	r.Fields = r.Fields[:0] // a reused stream's array (reuse.go)
+	if cap(r.Fields) < regular {
 		r.Fields = make([]hpack.HeaderField, 0, regular)
 	}
 	var cookie []string

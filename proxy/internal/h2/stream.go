@@ -12,12 +12,15 @@ import (
 )
 
 // Stream is one request stream, handed to Handler.ServeH2. Its methods are for the
-// handler's goroutine (Reset and Context for any goroutine).
+// handler's goroutine (Reset and Context for any goroutine). A Stream, its Request and
+// its Context must not be used once ServeH2 has returned: the connection reuses the
+// object for a later stream (Conn.newStream).
 type Stream struct {
 	c   *Conn
 	id  uint32
+	h   Handler // what the stream's goroutine serves
 	req Request
-	ctx streamCtx
+	ctx *streamCtx
 	// wake is signalled on every change a waiting Read or Write may care about.
 	wake chan struct{}
 	// rwake is Read's own wake-up, for a request with a body: a handler may wait in
@@ -63,17 +66,24 @@ type Stream struct {
 	parked      bool // waiting for the stream's send window
 	blocked     bool // in c.blocked, waiting for the connection's send window
 	stall       *time.Timer
+	stallAt     time.Time // when a parked stream is reset (the stall timer checks it)
+	inBatch     bool      // in c.batch: the writer may still read its items
+
+	// Kept when the object is reused for another stream (reuse.go).
+	headFields []hpack.HeaderField
+	headArena  []byte
 }
 
 // ID returns the stream id.
 func (st *Stream) ID() uint32 { return st.id }
 
-// Request returns the validated request head. The handler may keep and modify it.
+// Request returns the validated request head. The handler may modify it; it is valid
+// until ServeH2 returns.
 func (st *Stream) Request() *Request { return &st.req }
 
 // Context is cancelled when the stream is reset or the connection ends, and when the
 // handler returns.
-func (st *Stream) Context() context.Context { return &st.ctx }
+func (st *Stream) Context() context.Context { return st.ctx }
 
 // signal wakes the handler if it waits, in Write or Read (c.mu held or not).
 func (st *Stream) signal() {
@@ -109,30 +119,30 @@ func (st *Stream) resetLocked(err error) {
 	st.signal()
 }
 
-// run is the stream's goroutine: the handler, then the end of the response.
-func (st *Stream) run(h Handler) {
-	c := st.c
-	defer c.handlers.Done()
+// run serves the stream on the calling goroutine (a worker, reuse.go): the handler,
+// then the end of the response. st is not touched after run returns.
+func (st *Stream) run() {
+	c, id := st.c, st.id
 	defer func() {
 		p := recover()
 		c.mu.Lock()
 		if p != nil && !st.reset {
 			_ = c.streamErrorNoCharge(st, http2.ErrCodeInternal)
 		}
-		st.finishLocked()
-		c.mu.Unlock()
 		if st.rtimer != nil {
 			st.rtimer.Stop()
 		}
 		st.ctx.cancel()
+		st.finishLocked() // the stream may be reused from here on
+		c.mu.Unlock()
 		if p != nil && p != errAbortHandler {
 			if c.cfg.OnPanic == nil {
-				panic(fmt.Sprintf("h2: handler panic on stream %d: %v", st.id, p))
+				panic(fmt.Sprintf("h2: handler panic on stream %d: %v", id, p))
 			}
 			c.cfg.OnPanic(p, debug.Stack()) // the stream was reset; the connection goes on
 		}
 	}()
-	h.ServeH2(st)
+	st.h.ServeH2(st)
 }
 
 // errAbortHandler may be panicked with by a handler to reset its stream quietly.
@@ -141,7 +151,6 @@ var errAbortHandler = &struct{ s string }{"abort"}
 // finishLocked ends the response when the handler returned without doing so.
 func (st *Stream) finishLocked() {
 	c := st.c
-	st.handlerDone = true
 	if !st.reset && !st.outEnd {
 		if !st.wroteHead {
 			_ = c.streamErrorNoCharge(st, http2.ErrCodeInternal)
@@ -159,18 +168,29 @@ func (st *Stream) finishLocked() {
 			st.rstAfterEnd = true
 		}
 	}
+	// Done only now: a stream closed above must not release its slot twice, nor be
+	// reused while this function still works on it.
+	st.handlerDone = true
 	if st.closed {
 		c.releaseSlot()
 	}
+	c.maybeReuse(st)
 }
 
 // streamErrorNoCharge resets st without charging the client (the handler decided).
 func (c *Conn) streamErrorNoCharge(st *Stream, code http2.ErrCode) error {
+	return c.resetStream(st, code, ErrStreamReset)
+}
+
+// resetStream resets st with code; its Read and Write return err. st may be reused
+// once this returns.
+func (c *Conn) resetStream(st *Stream, code http2.ErrCode, err error) error {
+	id := st.id
 	if !st.reset {
-		st.resetLocked(ErrStreamReset)
+		st.resetLocked(err)
 		c.closeStream(st)
 	}
-	return c.queueCtrl(item{kind: itReset, id: st.id, code: code})
+	return c.queueCtrl(item{kind: itReset, id: id, code: code})
 }
 
 // Read reads the request body; io.EOF at its end. It waits for the client, at most
@@ -228,8 +248,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 		case <-st.rtimer.C:
 			c.mu.Lock()
 			if st.inOff == len(st.in) && !st.remoteDone && !st.reset {
-				_ = c.streamErrorNoCharge(st, http2.ErrCodeCancel)
-				st.resetErr = ErrBodyTimeout
+				_ = c.resetStream(st, http2.ErrCodeCancel, ErrBodyTimeout)
 			}
 		}
 		st.rtimer.Stop()

@@ -6,10 +6,12 @@ import (
 	"time"
 )
 
-// streamCtx is a stream's context.Context, part of the Stream (no allocation per
+// streamCtx is a stream's context.Context, reused with the Stream (no allocation per
 // stream): cancelled once, when the stream is reset, the connection ends or the handler
-// returns. Its Done channel is made only when someone asks for it, and it implements
-// AfterFunc, so that context.AfterFunc and children made with context.WithCancel
+// returns. Once someone asked for its Done channel or registered a function (which is
+// what context.WithCancel and context.AfterFunc do), it may be read after the stream
+// ended, by functions running after the cancel: it is then not reused (escaped). Its
+// Done channel is made only when someone asks for it, and it implements AfterFunc, so that context.AfterFunc and children made with context.WithCancel
 // register a function here instead of starting a goroutine. Values come from the
 // connection's context; it has no deadline.
 type streamCtx struct {
@@ -18,6 +20,8 @@ type streamCtx struct {
 	done   chan struct{} // nil until Done is called
 	err    error
 	afters []*afterFunc
+	// escaped: Done or AfterFunc was called (under mu).
+	escaped bool
 }
 
 type afterFunc struct {
@@ -33,6 +37,7 @@ func (c *streamCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (c *streamCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.escaped = true
 	if c.done == nil {
 		if c.err != nil {
 			return closedChan
@@ -55,6 +60,7 @@ func (c *streamCtx) Value(key any) any { return c.parent.Value(key) }
 func (c *streamCtx) AfterFunc(f func()) (stop func() bool) {
 	a := &afterFunc{f: f, ctx: c}
 	c.mu.Lock()
+	c.escaped = true
 	if c.err != nil {
 		c.mu.Unlock()
 		a.start()
@@ -103,4 +109,16 @@ func (c *streamCtx) cancel() {
 	for _, a := range afters {
 		a.start()
 	}
+}
+
+// reusable reports whether c may serve another stream (after its cancel); if so it is
+// cleared for it.
+func (c *streamCtx) reusable() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.escaped {
+		return false
+	}
+	c.parent, c.done, c.err, c.afters = nil, nil, nil, nil
+	return true
 }

@@ -73,14 +73,16 @@ func (c *Conn) unpark(st *Stream) {
 // that never opens the window must not hold the stream, its buffers and its target).
 func (c *Conn) park(st *Stream) {
 	st.parked = true
+	st.stallAt = time.Now().Add(c.cfg.WriteTimeout)
 	if st.stall == nil {
 		st.stall = time.AfterFunc(c.cfg.WriteTimeout, func() {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if st.parked && !st.reset {
+			// A firing may come late (a reused stream, a stop that came too late):
+			// only a stream parked since stallAt is stalled.
+			if st.parked && !st.reset && !time.Now().Before(st.stallAt) {
 				// INTERNAL_ERROR as net/http's server resets an aborted response.
-				_ = c.streamErrorNoCharge(st, http2.ErrCodeInternal)
-				st.resetErr = ErrWriteStalled
+				_ = c.resetStream(st, http2.ErrCodeInternal, ErrWriteStalled)
 			}
 		})
 	} else {
@@ -161,7 +163,7 @@ func (c *Conn) writeLoop() {
 		if err != nil {
 			c.writeFailed(err)
 		}
-		c.releaseEnded()
+		c.releaseBatch()
 	}
 }
 
@@ -174,19 +176,22 @@ var outBufs = sync.Pool{New: func() any { return new([outBufSize]byte) }}
 // outBuf returns an empty pooled response buffer.
 func outBuf() []byte { return outBufs.Get().(*[outBufSize]byte)[:0] }
 
-// releaseEnded gives the response buffers of the streams whose END_STREAM went out in
-// the batch just written back to the pool (c.mu held). Nothing refers to them any more:
-// the batch's DATA items were copied into the write buffer, the stream's Write and
-// WriteHead refuse after its end, and a reset only drops the reference.
-func (c *Conn) releaseEnded() {
-	for i, st := range c.ended {
-		if cap(st.out) == outBufSize {
+// releaseBatch ends the writer's hold on the streams of the batch just written (c.mu
+// held): the response buffers of those whose END_STREAM went out go back to the pool,
+// and the streams may be reused. Nothing refers to those buffers any more: the batch's
+// DATA items were copied into the write buffer, the stream's Write and WriteHead refuse
+// after its end, and a reset only drops the reference.
+func (c *Conn) releaseBatch() {
+	for i, st := range c.batch {
+		if st.endSent && cap(st.out) == outBufSize {
 			outBufs.Put((*[outBufSize]byte)(st.out[:outBufSize]))
+			st.out, st.outOff = nil, 0
 		}
-		st.out, st.outOff = nil, 0
-		c.ended[i] = nil
+		st.inBatch = false
+		c.maybeReuse(st)
+		c.batch[i] = nil
 	}
-	c.ended = c.ended[:0]
+	c.batch = c.batch[:0]
 }
 
 // collect moves the queued control frames and one turn of every ready stream into
@@ -204,7 +209,12 @@ func (c *Conn) collect() {
 		st := c.ready[i]
 		st.queued = false
 		if st.reset {
+			c.maybeReuse(st)
 			continue
+		}
+		if !st.inBatch {
+			st.inBatch = true
+			c.batch = append(c.batch, st)
 		}
 		if c.take(st) {
 			st.queued = true
@@ -283,10 +293,7 @@ func (c *Conn) take(st *Stream) (more bool) {
 
 // sentEnd records that st's END_STREAM is in the batch.
 func (c *Conn) sentEnd(st *Stream) {
-	st.endSent = true
-	if cap(st.out) == outBufSize {
-		c.ended = append(c.ended, st) // its buffer goes back once the batch is written
-	}
+	st.endSent = true // its buffer goes back once the batch is written (releaseBatch)
 	if st.rstAfterEnd {
 		c.items = append(c.items, item{kind: itReset, id: st.id, code: http2.ErrCodeNo})
 		st.resetLocked(ErrStreamReset)
