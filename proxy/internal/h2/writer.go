@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -151,6 +152,14 @@ func (c *Conn) writeLoop() {
 				return
 			}
 			c.wake.Wait()
+			if !c.dead && c.hasWork() {
+				// Woken with work: let the goroutines that are ready to run (other
+				// streams whose answers arrived with this one) queue theirs first, so
+				// that one write carries them all.
+				c.mu.Unlock()
+				runtime.Gosched()
+				c.mu.Lock()
+			}
 		}
 		if c.dead {
 			c.mu.Unlock()
