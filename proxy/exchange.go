@@ -90,7 +90,8 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 	// so that a client that went away does not leave its request running on the target.
 	deadline := now.Add(ps.HeaderTimeout)
 	next := now.Add(h1ClientWatch)
-	_ = uc.SetReadDeadline(earliest(deadline, next))
+	// A slice's end that comes early only checks the client once more (below).
+	_ = uc.ReadDeadlineBy(earliest(deadline, next), h1ClientWatch/4)
 	buf := w.up[h1Headroom:]
 	// The request, then the first bytes of the answer (a failed write ends below, as a
 	// failed read does: the connection is closed and the error returned).

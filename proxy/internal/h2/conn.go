@@ -38,6 +38,7 @@ type Conn struct {
 	h   Handler
 
 	// The read loop's own state.
+	in      arrivals
 	br      *bufio.Reader
 	budget  budgetReader
 	fr      *http2.Framer
@@ -121,8 +122,9 @@ func (c *Conn) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(c.ctx, c.Close)
 	defer stop()
 
-	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
-	c.budget.r = c.br
+	c.in.r = c.nc
+	c.br = bufio.NewReaderSize(&c.in, readBufferSize)
+	c.budget.r, c.budget.clock = c.br, &c.in
 	c.budget.timeout = c.cfg.HeaderTimeout
 	// The Framer returns HEADERS and CONTINUATION frames as they are (ReadMetaHeaders
 	// nil): their blocks are decoded in headers.go, without a MetaHeadersFrame per block.
@@ -334,7 +336,7 @@ func (c *Conn) readLoop() error {
 			if c.goingAway && c.slots == 0 {
 				err = io.EOF // drained
 			} else {
-				c.armRead(time.Now())
+				c.armRead(c.in.last) // when the frame's bytes arrived
 			}
 		}
 		c.mu.Unlock()

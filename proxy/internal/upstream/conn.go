@@ -19,6 +19,7 @@ type Conn struct {
 	pool   *pool
 	abort  func() // closes c; made once, for context.AfterFunc per exchange
 	idleAt time.Time
+	rdl    time.Time // the read deadline last set
 	limit  int64
 	read   int64
 	wrote  int64
@@ -78,7 +79,21 @@ func (uc *Conn) writeThenRead(req, buf []byte) (int, error) {
 }
 
 // SetReadDeadline sets the read deadline of the underlying connection.
-func (uc *Conn) SetReadDeadline(t time.Time) error { return uc.c.SetReadDeadline(t) }
+func (uc *Conn) SetReadDeadline(t time.Time) error {
+	uc.rdl = t
+	return uc.c.SetReadDeadline(t)
+}
+
+// ReadDeadlineBy makes sure the read deadline is no later than t, and no earlier than
+// t-slack: a deadline set by the connection's previous exchange that is within slack of
+// t stands (resetting it costs a timer update per exchange). For callers that treat a
+// deadline that comes early as a wake-up to check and re-arm.
+func (uc *Conn) ReadDeadlineBy(t time.Time, slack time.Duration) error {
+	if !uc.rdl.IsZero() && !uc.rdl.After(t) && t.Sub(uc.rdl) <= slack {
+		return nil
+	}
+	return uc.SetReadDeadline(t)
+}
 
 // Abort returns a func that closes the connection (the same func every time: it is
 // made once, so registering it with context.AfterFunc allocates nothing more). It may be
