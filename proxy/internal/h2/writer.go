@@ -123,6 +123,7 @@ func (c *Conn) hasWork() bool { return len(c.ctrl) > 0 || (len(c.ready) > 0 && !
 func (c *Conn) writeLoop() {
 	defer close(c.writerDone)
 	c.mu.Lock()
+	yielded := false // since the last flush
 	for {
 		for !c.hasWork() {
 			if c.dead {
@@ -130,6 +131,17 @@ func (c *Conn) writeLoop() {
 				return
 			}
 			if c.bw != nil && c.bw.Buffered() > 0 {
+				if !yielded {
+					// Before the write: let the goroutines ready to run (other streams
+					// whose answers arrived with these) queue theirs, so that one write
+					// carries them all.
+					yielded = true
+					c.mu.Unlock()
+					runtime.Gosched()
+					c.mu.Lock()
+					continue
+				}
+				yielded = false
 				c.mu.Unlock()
 				err := c.flush()
 				c.mu.Lock()
@@ -152,14 +164,6 @@ func (c *Conn) writeLoop() {
 				return
 			}
 			c.wake.Wait()
-			if !c.dead && c.hasWork() {
-				// Woken with work: let the goroutines that are ready to run (other
-				// streams whose answers arrived with this one) queue theirs first, so
-				// that one write carries them all.
-				c.mu.Unlock()
-				runtime.Gosched()
-				c.mu.Lock()
-			}
 		}
 		if c.dead {
 			c.mu.Unlock()
