@@ -303,8 +303,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 	})
 	per := float64(inUse()-before) / n
 	t.Logf("%.1f KiB per idle connection (heap and stacks, the test's socket included)", per/1024)
-	// 22.8 KiB on the machine of issue 13 (20.5 before streams and workers were reused:
-	// the read loop and writer goroutines' stacks are most of it).
+	// 22.8 KiB on the machine of issue 13; 20.5 before streams and workers were reused.
 	if per > 32<<10 {
 		t.Errorf("%.1f KiB per idle connection, want at most 32", per/1024)
 	}
