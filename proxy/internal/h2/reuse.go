@@ -56,8 +56,7 @@ func (c *Conn) maybeReuse(st *Stream) {
 		return
 	}
 	if len(c.free) >= maxReuse {
-		st.handlerDone = false // garbage now; never reused twice
-		return
+		return // left to the collector
 	}
 	st.reuse()
 	c.free = append(c.free, st)
