@@ -14,10 +14,12 @@ import (
 
 // h2AllocLimit: allocations per request forwarded by the own HTTP/2 server (proxy and
 // target together; the test's client and target allocate nothing). Issue 13 asks for
-// at most 2. The one left is x/net's Framer, which makes a HeadersFrame per HEADERS.
-// Under the race detector sync.Pool drops a share of what is put back, so a few pooled
-// buffers are made again.
-const h2AllocLimit = 1
+// at most 2: x/net's Framer makes a HeadersFrame per HEADERS, and the response head's
+// strings get an allocation of their own (the connection's HPACK encoder may keep them
+// in its dynamic table, so they cannot live in a reused buffer). Under the race
+// detector sync.Pool drops a share of what is put back, so a few pooled buffers are
+// made again.
+const h2AllocLimit = 2
 
 func TestH2HotPathAllocs(t *testing.T) {
 	e := newEnv(t, withOwnH2)

@@ -511,10 +511,10 @@ func (x *h2Req) brokenBody(uc *upstream.Conn, err error) {
 }
 
 // responseFields is the response head for the client: the target's fields without
-// hop-by-hop and framing ones, names in lower case, copied into the stream's head
-// buffers (the engine's writer encodes them after the work area is reused; the buffers
-// live until then); content-length from the target's framing; trailer when the chunked
-// body may carry trailers; Date and Alt-Svc.
+// hop-by-hop and framing ones, names in lower case, copied into one allocation (the
+// engine's writer encodes them after the work area is reused, and its HPACK table may
+// keep them); content-length from the target's framing; trailer when the chunked body
+// may carry trailers; Date and Alt-Svc.
 func (x *h2Req) responseFields(res *h1wire.Response, frame int) []hpack.HeaderField {
 	head := res.Head
 	n, size := 2, 40
@@ -523,9 +523,11 @@ func (x *h2Req) responseFields(res *h1wire.Response, frame int) []hpack.HeaderFi
 		n++
 		size += int(f.VE - f.NS)
 	}
-	// The stream's own buffers, reused for its connection's later streams; the arena
-	// is sized not to grow (field strings point into it).
-	fields, arena := x.st.HeadBuffers(n+2, size)
+	// The field list is the stream's, reused for its connection's later streams. The
+	// arena is not: the connection's HPACK encoder may keep the strings that point into
+	// it for as long as the connection lives. It is sized not to grow.
+	fields := x.st.HeadFields(n + 2)
+	arena := make([]byte, 0, size)
 	str := func(at int) string { return unsafe.String(&arena[at], len(arena)-at) }
 	for i := range res.Fields {
 		f := &res.Fields[i]

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,4 +225,52 @@ func TestH2ByteBrokenBody(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// TestH2ResponseHeadsStayTheirOwn: response heads whose values change from request to
+// request, many streams at a time on one connection: every client gets its own. The
+// connection's HPACK encoder keeps the strings of the fields it indexes; a head built
+// over a buffer reused for a later stream changed those strings under it, and clients
+// got other requests' values (an indexed field the encoder thought was the new value).
+func TestH2ResponseHeadsStayTheirOwn(t *testing.T) {
+	e := newEnv(t, withOwnH2)
+	target := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Id")
+		w.Header().Set("X-Id", id)
+		w.Header().Set("X-Echo", "echo-"+id)
+		_, _ = io.WriteString(w, id)
+	}))
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
+	c := e.h2cClient()
+	defer c.CloseIdleConnections()
+	var mu sync.Mutex
+	var bad []string
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				id := fmt.Sprintf("%d-%d", g, i)
+				req, _ := http.NewRequest("GET", "http://app.example.test/", nil)
+				req.Header.Set("X-Id", id)
+				res, err := c.Do(req)
+				if err != nil {
+					mu.Lock()
+					bad = append(bad, err.Error())
+					mu.Unlock()
+					return
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if string(body) != id || res.Header.Get("X-Id") != id || res.Header.Get("X-Echo") != "echo-"+id || res.ProtoMajor != 2 {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%s: HTTP/%d body %q, x-id %q, x-echo %q", id, res.ProtoMajor, body, res.Header.Get("X-Id"), res.Header.Get("X-Echo")))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, b := range bad {
+		t.Error(b)
+	}
 }

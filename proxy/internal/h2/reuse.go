@@ -7,7 +7,8 @@ import (
 )
 
 // Reuse: a busy connection serves its streams without allocating a Stream, its wake-up
-// channels, its request field list and its response head per request, nor a goroutine.
+// channels, its request field list and its response field list per request, nor a
+// goroutine.
 //
 //   - A Stream object goes back to its connection's free list once nothing refers to it:
 //     its handler returned (finishLocked), it left the open streams (closeStream), and
@@ -26,11 +27,8 @@ const maxReuse = 32
 // parked workers.
 const reuseIdle = 2 * time.Second
 
-// Reusable buffers larger than these are dropped rather than kept for the next stream.
-const (
-	maxReusedFields = 64
-	maxReusedArena  = 4 << 10
-)
+// Reusable field lists longer than this are dropped rather than kept for the next stream.
+const maxReusedFields = 64
 
 // worker is a parked stream goroutine, waiting for its next stream (nil: exit).
 type worker struct{ next chan *Stream }
@@ -79,9 +77,9 @@ func (st *Stream) reuse() {
 		fields = nil
 	}
 	clear(fields[:cap(fields)])
-	headFields, headArena := st.headFields, st.headArena
-	if cap(headFields) > maxReusedFields || cap(headArena) > maxReusedArena {
-		headFields, headArena = nil, nil
+	headFields := st.headFields
+	if cap(headFields) > maxReusedFields {
+		headFields = nil
 	}
 	clear(headFields[:cap(headFields)])
 	ctx := st.ctx
@@ -96,23 +94,21 @@ func (st *Stream) reuse() {
 		c: st.c, wake: st.wake, rwake: st.rwake, rtimer: st.rtimer, stall: st.stall, ctx: ctx,
 		req:        Request{Fields: fields[:0]},
 		info:       info,
-		headFields: headFields[:0], headArena: headArena[:0],
+		headFields: headFields[:0],
 	}
 }
 
-// HeadBuffers returns the stream's buffers for its response head, empty, with room
-// for at least n fields and size bytes: a handler builds the fields it hands to
-// WriteHead in them (field strings pointing into the arena), and they are reused for
-// a later stream once this one's head is written. Appending past their room is
-// allowed and allocates.
-func (st *Stream) HeadBuffers(n, size int) ([]hpack.HeaderField, []byte) {
+// HeadFields returns the stream's field list for its response head, empty, with room
+// for at least n fields; it is reused for a later stream once this one's head is
+// written. Appending past its room is allowed and allocates. The fields' strings are
+// another matter: the connection's HPACK encoder may keep them in its dynamic table for
+// the connection's life, so they must never change once WriteHead has them (no strings
+// over a reused byte buffer).
+func (st *Stream) HeadFields(n int) []hpack.HeaderField {
 	if cap(st.headFields) < n {
 		st.headFields = make([]hpack.HeaderField, 0, n)
 	}
-	if cap(st.headArena) < size {
-		st.headArena = make([]byte, 0, size)
-	}
-	return st.headFields[:0], st.headArena[:0]
+	return st.headFields[:0]
 }
 
 // startStream opens st and runs its handler on a parked worker, or a new goroutine.

@@ -71,7 +71,6 @@ type Stream struct {
 
 	// Kept when the object is reused for another stream (reuse.go).
 	headFields []hpack.HeaderField
-	headArena  []byte
 }
 
 // ID returns the stream id.
@@ -321,7 +320,9 @@ func (st *Stream) WriteInfo(status int) error {
 // WriteHead queues the response head and the first body bytes (HEADERS and DATA leave
 // in one write when they fit); end says the body is complete (no trailers). fields
 // belong to the engine after the call: names lower case, no pseudo-headers, no
-// connection-specific fields. It waits only when body exceeds StreamBuffer.
+// connection-specific fields; their strings must never change afterwards (the HPACK
+// encoder may keep them in its dynamic table). It waits only when body exceeds
+// StreamBuffer.
 func (st *Stream) WriteHead(status int, fields []hpack.HeaderField, body []byte, end bool) error {
 	c := st.c
 	c.mu.Lock()
