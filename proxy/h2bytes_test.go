@@ -243,8 +243,7 @@ func TestH2ResponseHeadsStayTheirOwn(t *testing.T) {
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
 	c := e.h2cClient()
 	defer c.CloseIdleConnections()
-	var mu sync.Mutex
-	var bad []string
+	var bad collect
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -254,23 +253,17 @@ func TestH2ResponseHeadsStayTheirOwn(t *testing.T) {
 				req.Header.Set("X-Id", id)
 				res, err := c.Do(req)
 				if err != nil {
-					mu.Lock()
-					bad = append(bad, err.Error())
-					mu.Unlock()
+					bad.add(err)
 					return
 				}
 				body, _ := io.ReadAll(res.Body)
 				res.Body.Close()
 				if string(body) != id || res.Header.Get("X-Id") != id || res.Header.Get("X-Echo") != "echo-"+id || res.ProtoMajor != 2 {
-					mu.Lock()
-					bad = append(bad, fmt.Sprintf("%s: HTTP/%d body %q, x-id %q, x-echo %q", id, res.ProtoMajor, body, res.Header.Get("X-Id"), res.Header.Get("X-Echo")))
-					mu.Unlock()
+					bad.add(fmt.Errorf("%s: HTTP/%d body %q, x-id %q, x-echo %q", id, res.ProtoMajor, body, res.Header.Get("X-Id"), res.Header.Get("X-Echo")))
 				}
 			}
 		})
 	}
 	wg.Wait()
-	for _, b := range bad {
-		t.Error(b)
-	}
+	bad.check(t)
 }
