@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -65,20 +66,30 @@ func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *re
 	rs.in, rs.out = rs.in+up, rs.out+down
 }
 
-// h3StreamConn is an HTTP/3 request stream as the client side of a tunnel: Close aborts
-// both directions.
+// h3StreamConn is an HTTP/3 request stream as the client side of a tunnel. Close
+// aborts what has not ended cleanly: always the receiving side (a no-op once its FIN was
+// read), the sending side only when no FIN was sent. QUIC lets a RESET_STREAM overtake
+// data still unacknowledged, so resetting after our FIN would cut off the tunnel's last
+// bytes.
 type h3StreamConn struct {
 	str  *http3.Stream
+	fin  atomic.Bool // closeWrite sent our FIN
 	once sync.Once
 }
 
 func (c *h3StreamConn) Read(p []byte) (int, error)  { return c.str.Read(p) }
 func (c *h3StreamConn) Write(p []byte) (int, error) { return c.str.Write(p) }
-func (c *h3StreamConn) closeWrite()                 { _ = c.str.Close() }
+func (c *h3StreamConn) closeWrite() {
+	if c.str.Close() == nil {
+		c.fin.Store(true)
+	}
+}
 func (c *h3StreamConn) Close() error {
 	c.once.Do(func() {
 		c.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
-		c.str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+		if !c.fin.Load() {
+			c.str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+		}
 	})
 	return nil
 }

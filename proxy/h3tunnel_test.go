@@ -27,40 +27,7 @@ func TestH3WebSocketSurvivesSwaps(t *testing.T) {
 	cert := certSpec{"c1", []string{"ws.example.test"}}
 	e.apply([]routeSpec{wsRoute}, cert)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	qc, err := quic.DialAddr(ctx, e.srv.HTTP3Addr().String(),
-		&tls.Config{InsecureSkipVerify: true, ServerName: "ws.example.test", NextProtos: []string{http3.NextProtoH3}}, &quic.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qc.CloseWithError(0, "")
-	cc := (&http3.Transport{}).NewClientConn(qc)
-	select {
-	case <-cc.ReceivedSettings():
-	case <-ctx.Done():
-		t.Fatal("no SETTINGS")
-	}
-	if !cc.Settings().EnableExtendedConnect {
-		t.Fatal("the server does not announce extended CONNECT")
-	}
-	str, err := cc.OpenRequestStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodConnect, "https://ws.example.test/ws", nil)
-	req.Proto = "websocket"
-	req.Header.Set("Sec-WebSocket-Version", "13")
-	if err := str.SendRequestHeader(req); err != nil {
-		t.Fatal(err)
-	}
-	res, err := str.ReadResponse()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.StatusCode != 200 {
-		t.Fatalf("status %d", res.StatusCode)
-	}
+	str := h3WebSocket(t, e, "ws.example.test")
 	echo := func(i int) {
 		t.Helper()
 		msg := fmt.Sprintf("message %d", i)
@@ -98,4 +65,45 @@ func TestH3WebSocketSurvivesSwaps(t *testing.T) {
 		st := e.stat("ws.example.test")
 		return st.Requests == 1 && st.BytesIn > 6*10 && st.BytesOut > 6*10 && e.totals.Snapshot().WebSockets == 0
 	})
+}
+
+// h3WebSocket opens a WebSocket over HTTP/3 (RFC 9220) to host through e's HTTP/3
+// listener and returns its stream once the ingress answered 200.
+func h3WebSocket(t *testing.T, e *env, host string) *http3.RequestStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	qc, err := quic.DialAddr(ctx, e.srv.HTTP3Addr().String(),
+		&tls.Config{InsecureSkipVerify: true, ServerName: host, NextProtos: []string{http3.NextProtoH3}}, &quic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = qc.CloseWithError(0, "") })
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	select {
+	case <-cc.ReceivedSettings():
+	case <-ctx.Done():
+		t.Fatal("no SETTINGS")
+	}
+	if !cc.Settings().EnableExtendedConnect {
+		t.Fatal("the server does not announce extended CONNECT")
+	}
+	str, err := cc.OpenRequestStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodConnect, "https://"+host+"/ws", nil)
+	req.Proto = "websocket"
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	if err := str.SendRequestHeader(req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := str.ReadResponse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	return str
 }

@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/serve-zone/ingress/routetable"
+)
+
+// upgradeThenSend is a target that accepts any upgrade, sends body as the tunnel's bytes
+// right behind its 101 and closes the connection: the end of a tunnel whose last bytes
+// may still be in flight to the client when both directions have ended.
+func upgradeThenSend(t *testing.T, body []byte) string {
+	return backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_, _ = bw.Write(body)
+		_ = bw.Flush()
+	}))
+}
+
+// TestTunnelCleanEndDeliversAll: when both directions of a tunnel end cleanly (the
+// client's END_STREAM or FIN, then the target's close), every byte the target sent
+// reaches the client, followed by a clean end of the stream, never a reset that
+// overtakes the last bytes (QUIC delivers a RESET_STREAM ahead of unacknowledged data).
+func TestTunnelCleanEndDeliversAll(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB: more than a window
+	check := func(t *testing.T, got []byte, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", len(got), len(body), err)
+		}
+		if !bytes.Equal(got, body) {
+			t.Fatalf("got %d bytes, want the target's %d", len(got), len(body))
+		}
+	}
+	t.Run("h3", func(t *testing.T) {
+		e := newEnv(t, withHTTP3)
+		be := upgradeThenSend(t, body)
+		e.apply([]routeSpec{{host: "ws.example.test", tls: &routetable.RouteTLS{CertificateID: "c1"}, backends: []string{be}}},
+			certSpec{"c1", []string{"ws.example.test"}})
+		for range 3 {
+			str := h3WebSocket(t, e, "ws.example.test")
+			_ = str.Close() // our FIN first: the tunnel ends as soon as the target's bytes are written
+			got, err := io.ReadAll(str)
+			check(t, got, err)
+		}
+	})
+	t.Run("h2", func(t *testing.T) {
+		e := newEnv(t, withOwnH2)
+		be := upgradeThenSend(t, body)
+		e.apply([]routeSpec{{host: "ws.example.test", backends: []string{be}}})
+		for range 3 {
+			res, pw := extendedConnect(t, e.http, "ws.example.test", "/ws", "websocket", "sec-websocket-version", "13")
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			_ = pw.Close()
+			got, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			check(t, got, err)
+		}
+	})
+}
