@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -67,17 +68,24 @@ func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *re
 }
 
 // h3StreamConn is an HTTP/3 request stream as the client side of a tunnel. Close
-// aborts what has not ended cleanly: always the receiving side (a no-op once its FIN was
-// read), the sending side only when no FIN was sent. QUIC lets a RESET_STREAM overtake
+// aborts only what has not ended cleanly: the receiving side unless the client's FIN was
+// read, the sending side unless ours was sent. QUIC lets a RESET_STREAM overtake
 // data still unacknowledged, so resetting after our FIN would cut off the tunnel's last
 // bytes.
 type h3StreamConn struct {
 	str  *http3.Stream
 	fin  atomic.Bool // closeWrite sent our FIN
+	eof  atomic.Bool // Read returned the client's FIN
 	once sync.Once
 }
 
-func (c *h3StreamConn) Read(p []byte) (int, error)  { return c.str.Read(p) }
+func (c *h3StreamConn) Read(p []byte) (int, error) {
+	n, err := c.str.Read(p)
+	if err == io.EOF {
+		c.eof.Store(true)
+	}
+	return n, err
+}
 func (c *h3StreamConn) Write(p []byte) (int, error) { return c.str.Write(p) }
 func (c *h3StreamConn) closeWrite() {
 	if c.str.Close() == nil {
@@ -86,7 +94,9 @@ func (c *h3StreamConn) closeWrite() {
 }
 func (c *h3StreamConn) Close() error {
 	c.once.Do(func() {
-		c.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+		if !c.eof.Load() {
+			c.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+		}
 		if !c.fin.Load() {
 			c.str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
 		}
