@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/serve-zone/ingress/internal/rawnet"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -29,7 +30,7 @@ func (l *plainListener) Accept() (net.Conn, error) {
 		if l.s.refusePenalized(c) {
 			continue
 		}
-		return &clientConn{Conn: c, s: l.s}, nil
+		return &clientConn{Conn: rawnet.Wrap(c), s: l.s}, nil
 	}
 }
 
@@ -52,7 +53,7 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 		if l.s.refusePenalized(c) {
 			continue
 		}
-		tc := tls.Server(c, l.s.tlsConfig)
+		tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
 		return &clientConn{Conn: tc, tc: tc, s: l.s}, nil
 	}
 }
@@ -202,7 +203,7 @@ func (c *clientConn) resetOnClose() {
 	if c.tc != nil {
 		nc = c.tc.NetConn()
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := nc.(interface{ SetLinger(int) error }); ok { // *net.TCPConn, *rawnet.TCPConn
 		_ = tc.SetLinger(0)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/rawnet"
 )
 
 // Conn is one connection to a target. Its Read and Write count the bytes of the current
@@ -27,6 +29,7 @@ type Conn struct {
 }
 
 func newConn(c net.Conn, p *pool) *Conn {
+	c = rawnet.Wrap(c)
 	uc := &Conn{c: c, pool: p, limit: math.MaxInt64}
 	if sc, ok := c.(syscall.Conn); ok {
 		uc.rc, _ = sc.SyscallConn()

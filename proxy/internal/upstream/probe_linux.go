@@ -1,6 +1,10 @@
 package upstream
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/serve-zone/ingress/internal/rawnet"
+)
 
 // probe is one peek; its method value is made once per connection (Conn.probe), so
 // that the check before every reuse allocates nothing.
@@ -11,7 +15,7 @@ type probe struct {
 }
 
 func (p *probe) peek(fd uintptr) {
-	n, _, err := syscall.Recvfrom(int(fd), p.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	n, err := rawnet.Peek(int(fd), p.b[:])
 	switch {
 	case err == syscall.EAGAIN || err == syscall.EINTR:
 		p.dead = false

@@ -4,6 +4,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/serve-zone/ingress/internal/rawnet"
 )
 
 // xfer is one WriteRead on the descriptor; its step method value is made once per
@@ -24,7 +26,7 @@ type xfer struct {
 func (x *xfer) step(fd uintptr) bool {
 	if !x.sent {
 		for len(x.req) > 0 {
-			n, err := syscall.Write(int(fd), x.req)
+			n, err := rawnet.Write(int(fd), x.req)
 			if n > 0 {
 				x.wrote += n
 				x.req = x.req[n:]
@@ -43,7 +45,7 @@ func (x *xfer) step(fd uintptr) bool {
 		return false
 	}
 	for {
-		n, err := syscall.Read(int(fd), x.buf)
+		n, err := rawnet.Read(int(fd), x.buf)
 		switch {
 		case err == syscall.EINTR:
 			continue
