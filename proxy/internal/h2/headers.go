@@ -171,7 +171,7 @@ func (c *Conn) protocolError(n int) error {
 // value made once, not a closure per block): readMetaFrame's, field for field.
 func (c *Conn) emitField(f hpack.HeaderField) {
 	b := &c.hb
-	if !httpguts.ValidHeaderFieldValue(f.Value) {
+	if !httpguts.ValidHeaderFieldValue(f.Value) || outerWhitespace(f.Value) {
 		b.invalid = errFieldValue
 	}
 	if strings.HasPrefix(f.Name, ":") {
@@ -208,6 +208,18 @@ func (c *Conn) emitField(f hpack.HeaderField) {
 	}
 	*left -= size
 	b.fields = append(b.fields, f)
+}
+
+// outerWhitespace reports a value that starts or ends with SP or HTAB, which RFC 9113
+// §8.2.1 forbids (the request is malformed). x/net's Framer accepts such values; an
+// HTTP/1.1 target would strip the whitespace, an HTTP/2 or HTTP/3 one (or a log, or a
+// route lookup) might not, so the same request could mean two things.
+func outerWhitespace(v string) bool {
+	if v == "" {
+		return false
+	}
+	first, last := v[0], v[len(v)-1]
+	return first == ' ' || first == '\t' || last == ' ' || last == '\t'
 }
 
 // validWireHeaderFieldName reports a field name HTTP/2 allows on the wire (RFC 9113

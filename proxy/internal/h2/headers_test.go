@@ -218,6 +218,50 @@ func TestHeaderBlockAssembly(t *testing.T) {
 	}
 }
 
+// TestOuterWhitespaceRefused: a field value that starts or ends with SP or HTAB makes
+// the request malformed (RFC 9113 §8.2.1), pseudo-headers included; whitespace inside a
+// value does not. Here the engine is stricter than x/net's Framer (which accepts them),
+// so there is no oracle.
+func TestOuterWhitespaceRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		kv   []string
+		want string
+	}{
+		{"leading space", withGet("x-a", " 1"), "RST PROTOCOL_ERROR"},
+		{"trailing space", withGet("x-a", "1 "), "RST PROTOCOL_ERROR"},
+		{"leading tab", withGet("x-a", "\t1"), "RST PROTOCOL_ERROR"},
+		{"trailing tab", withGet("x-a", "1\t"), "RST PROTOCOL_ERROR"},
+		{"only a space", withGet("x-a", " "), "RST PROTOCOL_ERROR"},
+		{"authority with a trailing space", []string{":method", "GET", ":scheme", "http", ":authority", "a.example ", ":path", "/"}, "RST PROTOCOL_ERROR"},
+		{"cookie crumb with a leading space", withGet("cookie", "a=1", "cookie", " b=2"), "RST PROTOCOL_ERROR"},
+		{"space inside", withGet("x-a", "1 2\t3"), "status 200"},
+		{"empty value", withGet("x-a", ""), "status 200"},
+	}
+	seen := make(chan Request, len(cases))
+	ts := startServer(t, Config{MaxHeaderBytes: headerTestLimit}, recordingHandler(seen), false)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			wire := wireFrames(func(fr *http2.Framer, enc func(...string) []byte) {
+				_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: enc(c.kv...), EndStream: true, EndHeaders: true})
+			})
+			p := newPeer(t, ts)
+			if _, err := p.nc.Write(wire); err != nil {
+				t.Fatal(err)
+			}
+			if got := answer(t, p, 1); got != c.want {
+				t.Fatalf("answer %q, want %q", got, c.want)
+			}
+			if c.want == "status 200" {
+				r := <-seen
+				if v, _ := r.Get("x-a"); v != c.kv[len(c.kv)-1] {
+					t.Fatalf("x-a reached the handler as %q, want %q", v, c.kv[len(c.kv)-1])
+				}
+			}
+		})
+	}
+}
+
 // TestOversizeBlockKeepsTableInSync: a header block over MaxHeaderBytes is answered 431
 // and is still decoded to its end, so that the entries it adds to the HPACK dynamic
 // table are there for the next block: a request naming one of them by index decodes
