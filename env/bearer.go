@@ -2,6 +2,7 @@ package env
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -55,7 +56,7 @@ const minEncodedCore = 8
 // reasons, and whatever else a peer sends that may reach a log line, a metric or an error
 // text. It replaces every occurrence of the bearer's value with "[redacted]", and also the
 // forms in which a peer may echo it: JSON-escaped (with and without HTML escaping),
-// Go-quoted, URL-escaped and base64 (standard and URL alphabets, padded or not, alone or
+// Go-quoted, URL-escaped, upper- or lower-cased, hexadecimal (either case) and base64 (standard and URL alphabets, padded or not, alone or
 // inside a longer encoded text). The zero bearer's scrubber returns text unchanged. The
 // function is safe for concurrent use.
 func (b Bearer) Scrubber() func(string) string {
@@ -88,6 +89,12 @@ func echoForms(v string) []string {
 	}
 	add(url.QueryEscape(v))
 	add(url.PathEscape(v))
+	// A peer that changes the case of what it echoes (an upper-cased error text), or
+	// echoes its bytes in hexadecimal (a debug dump), in either case.
+	add(strings.ToUpper(v))
+	add(strings.ToLower(v))
+	add(hex.EncodeToString([]byte(v)))
+	add(strings.ToUpper(hex.EncodeToString([]byte(v))))
 	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
 		for lead := range 3 {
 			add(base64Core(enc, v, lead))

@@ -2,6 +2,7 @@ package env
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"net/url"
 	"strconv"
@@ -26,6 +27,10 @@ func TestScrubberRemovesEveryEchoedForm(t *testing.T) {
 		"base64":          base64.StdEncoding.EncodeToString([]byte(scrubbed)),
 		"base64 unpadded": base64.RawStdEncoding.EncodeToString([]byte(scrubbed)),
 		"base64 URL":      base64.URLEncoding.EncodeToString([]byte(scrubbed)),
+		"upper-cased":     strings.ToUpper(scrubbed),
+		"lower-cased":     strings.ToLower(scrubbed),
+		"hex":             hex.EncodeToString([]byte(scrubbed)),
+		"hex upper-cased": strings.ToUpper(hex.EncodeToString([]byte(scrubbed))),
 	}
 	for name, form := range forms {
 		in := "before " + form + " between " + form + " after"
