@@ -315,6 +315,9 @@ func wireAccepted(in wireInput, std, own wireOutcome) (string, bool) {
 		switch {
 		case in.path == "*" && in.method != "OPTIONS":
 			return `":path" "*" without OPTIONS: malformed (RFC 9113 §8.3.1)`, true
+		case h2OuterWhitespace(in.method) || h2OuterWhitespace(in.path) || h2OuterWhitespace(in.authority) ||
+			slices.ContainsFunc(in.fields, func(f [2]string) bool { return h2OuterWhitespace(f[1]) }):
+			return "a field value with outer whitespace: malformed (RFC 9113 §8.2.1)", true
 		case has("host", func(v string) bool { return v != in.authority }):
 			return "host differing from :authority: malformed (RFC 9113 §8.3.1)", true
 		case has("te", func(v string) bool { return v == "" }) && !has("te", func(v string) bool { return v != "" && v != "trailers" }):
