@@ -56,9 +56,9 @@ const minEncodedCore = 8
 // reasons, and whatever else a peer sends that may reach a log line, a metric or an error
 // text. It replaces every occurrence of the bearer's value with "[redacted]", and also the
 // forms in which a peer may echo it: JSON-escaped (with and without HTML escaping),
-// Go-quoted, URL-escaped, upper- or lower-cased, hexadecimal (either case) and base64 (standard and URL alphabets, padded or not, alone or
-// inside a longer encoded text). The zero bearer's scrubber returns text unchanged. The
-// function is safe for concurrent use.
+// Go-quoted, URL-escaped, upper- or lower-cased, hexadecimal (either case) and base64
+// (standard and URL alphabets, padded or not, alone or inside a longer encoded text). The
+// zero bearer's scrubber returns text unchanged. The function is safe for concurrent use.
 func (b Bearer) Scrubber() func(string) string {
 	if b.value == "" {
 		return func(s string) string { return s }
