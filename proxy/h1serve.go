@@ -94,6 +94,20 @@ type h1Conn struct {
 	closing  bool                // the current response says Connection: close; then the conn closes
 	backend  *routetable.Backend // the current request's target (the one tried last)
 	err      error               // why the current request failed, for the access log
+
+	// headerDeadline: the head readHead waits for has its ReadHeaderTimeout set.
+	headerDeadline bool
+	// work and headLen are the request step left to after (h1Refuse, h1Body).
+	work    *h1Work
+	headLen int
+	// The raw loop (h1raw.go).
+	rawFn    func(fd uintptr) bool // rawStep, made once
+	inRaw    bool                  // inside rawStep: read raw on fd
+	entered  bool                  // the current RawConn.Read has called rawStep
+	fd       int                   // the client's descriptor, inside rawStep
+	drained  bool                  // the last raw read left nothing to read: wait before the next
+	headWait bool                  // readHead returned h1Wait: it goes on with its read
+	next     int                   // what rawStep left to do (step's answer)
 }
 
 // h1Work is what one request needs beyond the connection: parsed heads, the outgoing
@@ -162,7 +176,7 @@ func (set *h1Set) closeIdle() int {
 			}
 		case c.state.CompareAndSwap(h1Idle, h1Closing) ||
 			time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing):
-			_ = c.cc.Conn.Close()
+			c.closeConn()
 		}
 	}
 	n := len(set.m)
@@ -192,7 +206,7 @@ func (set *h1Set) closeAll() {
 				continue // unparked meanwhile: it has a goroutine again
 			}
 			if c.state.CompareAndSwap(st, h1Closing) {
-				_ = c.cc.Conn.Close()
+				c.closeConn()
 				break
 			}
 		}
@@ -201,6 +215,26 @@ func (set *h1Set) closeAll() {
 	for _, c := range parked {
 		c.finish(false)
 	}
+}
+
+// closeConn closes c's client connection for Shutdown, from another goroutine than
+// c's. A plain connection's goroutine may be inside RawConn.Read for as long as a
+// request takes (loopRaw, h1raw.go), and Close waits until no call holds the
+// descriptor: so such a connection is shut down in both directions at once (the client
+// sees the end, a read ends, a write fails, as after a close) and closed without
+// waiting, under the set's lock.
+func (c *h1Conn) closeConn() {
+	sc, ok := c.cc.Conn.(interface {
+		CloseRead() error
+		CloseWrite() error
+	})
+	if !canRawLoop || c.secure || !ok {
+		_ = c.cc.Conn.Close()
+		return
+	}
+	_ = sc.CloseRead()
+	_ = sc.CloseWrite()
+	go func() { _ = c.cc.Conn.Close() }()
 }
 
 // acceptLoop accepts connections on ln and serves each on the fast path; ho receives
@@ -313,78 +347,132 @@ func (c *h1Conn) run() (handoff bool) {
 
 // loop serves requests until the connection closes, is handed off (true) or parks.
 func (c *h1Conn) loop() (handoff bool) {
-	s := c.s
+	if rc := c.rawLoopConn(); rc != nil {
+		return c.loopRaw(rc) // h1raw.go
+	}
 	for {
-		n := c.readHead()
-		if n == h1BadReq {
-			c.refuse(nil, outcomeBadRequest, errMalformedHead)
-			return false
-		}
-		if n == h1Park {
-			c.parking = true
-			return false
-		}
-		if n < 0 {
-			return n == h1HandOff
-		}
-		w := getWork()
-		switch h1wire.ParseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
-		case h1wire.Fast:
-			if !c.secure && s.cfg.HTTPChallenge != nil && isACMEChallenge(w.req.Target()) {
-				putWork(w)
-				return true // Config.HTTPChallenge is asked on net/http's path (handler.go)
-			}
-		case h1wire.Other:
-			if (c.secure || c.served > 0) && bytes.HasPrefix(c.rbuf[c.r:c.w], []byte(h2PrefacePrefix)) {
-				// Prior-knowledge HTTP/2 starts a plain connection or nothing: not the
-				// middle of an HTTP/1.1 one, nor TLS that did not negotiate h2.
-				c.refuse(w, outcomeBadRequest, errMalformedHead)
-				putWork(w)
-				return false
-			}
-			if s.ownH2 && bytes.HasPrefix(c.rbuf[c.r:c.w], []byte(h2PrefacePrefix)) {
-				putWork(w)
-				c.serveH2() // prior-knowledge h2c on a fresh plain connection (h2serve.go)
-				return false
-			}
-			if !c.secure && c.w-c.r < len(h2PrefacePrefix) {
-				// net/http would wait for more bytes to rule out the h2c preface; no
-				// request this short is well-formed.
-				c.refuse(w, outcomeBadRequest, errMalformedHead)
-				putWork(w)
-				return false
-			}
-			putWork(w)
-			return true
-		default:
-			c.refuse(w, outcomeBadRequest, errMalformedHead)
-			putWork(w)
-			return false
-		}
-		if cl := w.req.ContentLength; cl > 0 {
-			if int64(n)+cl > int64(len(c.rbuf)) {
-				putWork(w)
-				return true // a larger body streams through net/http
-			}
-			if c.r+n+int(cl) > len(c.rbuf) {
-				c.compact()
-				h1wire.ParseRequest(&w.req, c.rbuf[:n], w.reqFields[:])
-			}
-			if err := c.readBody(c.r + n + int(cl)); err != nil {
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					c.refuse(w, outcomeBodyTimeout, err)
-				}
-				putWork(w)
-				return false
-			}
-		}
-		keep := c.serveRequest(w, n)
-		putWork(w)
-		if !keep {
-			return false
+		if done, handoff := c.after(c.step(c.readHead())); done {
+			return handoff
 		}
 	}
+}
+
+// What the loop does after step (loopRaw: once its RawConn.Read callback has returned,
+// because all of these but the first two read the client through c.cc).
+const (
+	h1Next    = iota // read and serve the next request
+	h1End            // close the connection
+	h1Give           // hand it to net/http
+	h1ToPark         // park it
+	h1Refuse         // refuse c.work's head (nil: none was parsed) as malformed
+	h1ServeH2        // serve prior-knowledge h2c
+	h1Body           // read the rest of c.work's body, then serve it
+)
+
+// step acts on readHead's answer n: it serves a request whose body is in the buffer
+// already and says what is left to do (c.work and c.headLen hold the request it is
+// about). It reads nothing from the client.
+func (c *h1Conn) step(n int) int {
+	s := c.s
+	switch n {
+	case h1BadReq:
+		return h1Refuse
+	case h1Park:
+		return h1ToPark
+	case h1Close:
+		return h1End
+	case h1HandOff:
+		return h1Give
+	}
+	w := getWork()
+	switch h1wire.ParseRequest(&w.req, c.rbuf[c.r:c.r+n], w.reqFields[:]) {
+	case h1wire.Fast:
+		if !c.secure && s.cfg.HTTPChallenge != nil && isACMEChallenge(w.req.Target()) {
+			putWork(w)
+			return h1Give // Config.HTTPChallenge is asked on net/http's path (handler.go)
+		}
+	case h1wire.Other:
+		if (c.secure || c.served > 0) && bytes.HasPrefix(c.rbuf[c.r:c.w], []byte(h2PrefacePrefix)) {
+			// Prior-knowledge HTTP/2 starts a plain connection or nothing: not the
+			// middle of an HTTP/1.1 one, nor TLS that did not negotiate h2.
+			c.work = w
+			return h1Refuse
+		}
+		if s.ownH2 && bytes.HasPrefix(c.rbuf[c.r:c.w], []byte(h2PrefacePrefix)) {
+			putWork(w)
+			return h1ServeH2 // prior-knowledge h2c on a fresh plain connection (h2serve.go)
+		}
+		if !c.secure && c.w-c.r < len(h2PrefacePrefix) {
+			// net/http would wait for more bytes to rule out the h2c preface; no
+			// request this short is well-formed.
+			c.work = w
+			return h1Refuse
+		}
+		putWork(w)
+		return h1Give
+	default:
+		c.work = w
+		return h1Refuse
+	}
+	if cl := w.req.ContentLength; cl > 0 {
+		if int64(n)+cl > int64(len(c.rbuf)) {
+			putWork(w)
+			return h1Give // a larger body streams through net/http
+		}
+		if c.r+n+int(cl) > len(c.rbuf) {
+			c.compact()
+			h1wire.ParseRequest(&w.req, c.rbuf[:n], w.reqFields[:])
+		}
+		if c.w < c.r+n+int(cl) {
+			c.work, c.headLen = w, n
+			return h1Body
+		}
+	}
+	return c.serveOne(w, n)
+}
+
+// serveOne serves the request in w, whose head is n bytes long and whose body is read.
+func (c *h1Conn) serveOne(w *h1Work, n int) int {
+	keep := c.serveRequest(w, n)
+	putWork(w)
+	if !keep {
+		return h1End
+	}
+	return h1Next
+}
+
+// after does what step left to do (next); done: the loop ends, handing the connection
+// off or not.
+func (c *h1Conn) after(next int) (done, handoff bool) {
+	w := c.work
+	c.work = nil
+	switch next {
+	case h1Next:
+		return false, false
+	case h1Give:
+		return true, true
+	case h1ToPark:
+		c.parking = true
+	case h1Refuse:
+		c.refuse(w, outcomeBadRequest, errMalformedHead)
+		if w != nil {
+			putWork(w)
+		}
+	case h1ServeH2:
+		c.serveH2() // h2serve.go
+	case h1Body:
+		n := c.headLen
+		if err := c.readBody(c.r + n + int(w.req.ContentLength)); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.refuse(w, outcomeBodyTimeout, err)
+			}
+			putWork(w)
+			return true, false
+		}
+		return c.serveOne(w, n) == h1End, false
+	}
+	return true, false
 }
 
 const (
@@ -392,6 +480,7 @@ const (
 	h1HandOff = -2
 	h1BadReq  = -3 // what was read cannot be the start of a well-formed head
 	h1Park    = -4 // idle past h1ParkAfter: give the buffer back and wait without it
+	h1Wait    = -5 // inside loopRaw's callback: wait for the client (h1raw.go)
 )
 
 // h2PrefacePrefix is what net/http reads of a plain connection before it decides that
@@ -441,18 +530,25 @@ const h1RefuseLinger = 500 * time.Millisecond
 // readHead waits until rbuf[r:] starts with a complete request head and returns its
 // length, or h1Close or h1HandOff. Deadlines: the first request and a head that arrives
 // in pieces get ReadHeaderTimeout (slowloris), the wait between requests IdleTimeout.
+// Inside loopRaw's callback it may also return h1Wait; called again after the wait, it
+// goes on with the read it waited for.
 func (c *h1Conn) readHead() int {
 	s := c.s
-	if c.r == c.w {
-		c.r, c.w, c.scanned = 0, 0, 0
-	}
-	headerDeadline := false
-	if c.served == 0 && !c.secure {
-		_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
-		headerDeadline, c.dlIdle = true, false
+	if !c.headWait {
+		if c.r == c.w {
+			c.r, c.w, c.scanned = 0, 0, 0
+		}
+		c.headerDeadline = false
+		if c.served == 0 && !c.secure {
+			_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+			c.headerDeadline, c.dlIdle = true, false
+		}
 	}
 	for {
-		if c.w > c.r {
+		if c.headWait {
+			// Back from a wait: what follows was done before it, as before a blocked Read.
+			c.headWait = false
+		} else if c.w > c.r {
 			if n := h1wire.HeadEnd(c.rbuf[c.r:c.w], c.scanned); n >= 0 {
 				c.scanned = 0
 				return n
@@ -467,9 +563,9 @@ func (c *h1Conn) readHead() int {
 				}
 				c.compact()
 			}
-			if !headerDeadline {
+			if !c.headerDeadline {
 				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
-				headerDeadline, c.dlIdle = true, false
+				c.headerDeadline, c.dlIdle = true, false
 			}
 		} else if c.served > 0 {
 			c.state.Store(h1Idle)
@@ -480,7 +576,11 @@ func (c *h1Conn) readHead() int {
 				c.setIdleDeadline()
 			}
 		}
-		nr, err := c.cc.Read(c.rbuf[c.w:])
+		nr, err := c.read(c.rbuf[c.w:])
+		if err == errRawWait {
+			c.headWait = true
+			return h1Wait
+		}
 		if nr > 0 && !c.activate() {
 			return h1Close
 		}
@@ -492,12 +592,17 @@ func (c *h1Conn) readHead() int {
 					continue
 				}
 			}
-			if c.shouldPark(err) {
-				return h1Park
-			}
-			return h1Close
+			return c.readFailed(err)
 		}
 	}
+}
+
+// readFailed is readHead's answer to a read error err that left no complete head.
+func (c *h1Conn) readFailed(err error) int {
+	if c.shouldPark(err) {
+		return h1Park
+	}
+	return h1Close
 }
 
 // headGarbled reports whether b[from:], the part of an incomplete head not yet looked at,
