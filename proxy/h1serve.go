@@ -222,7 +222,9 @@ func (set *h1Set) closeAll() {
 // request takes (loopRaw, h1raw.go), and Close waits until no call holds the
 // descriptor: so such a connection is shut down in both directions at once (the client
 // sees the end, a read ends, a write fails, as after a close) and closed without
-// waiting, under the set's lock.
+// waiting, under the set's lock. The closing goroutine belongs to the set's wait group,
+// which c's own goroutine still holds (so the Add is legal while Shutdown waits), and
+// it ends once c's goroutine has left RawConn.Read.
 func (c *h1Conn) closeConn() {
 	sc, ok := c.cc.Conn.(interface {
 		CloseRead() error
@@ -234,7 +236,7 @@ func (c *h1Conn) closeConn() {
 	}
 	_ = sc.CloseRead()
 	_ = sc.CloseWrite()
-	go func() { _ = c.cc.Conn.Close() }()
+	c.s.h1.wg.Go(func() { _ = c.cc.Conn.Close() })
 }
 
 // acceptLoop accepts connections on ln and serves each on the fast path; ho receives
@@ -260,11 +262,14 @@ func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
 		delay = 0
 		cc := nc.(*clientConn)
 		c := &h1Conn{s: s, cc: cc, ho: ho, secure: cc.isTLS(), started: time.Now()}
+		// Counted before it joins the set: a connection in the set always holds the wait
+		// group, which closeConn relies on.
+		s.h1.wg.Add(1)
 		if !s.h1.add(c) {
+			s.h1.wg.Done()
 			_ = nc.Close()
 			continue
 		}
-		s.h1.wg.Add(1)
 		go func() {
 			defer s.h1.wg.Done()
 			c.serve()
