@@ -64,6 +64,8 @@ func TestRawLoopReadsOncePerRequest(t *testing.T) {
 	skipUnlessRawLoop(t)
 	e := newEnv(t, func(c *Config) { c.IdleTimeout = 30 * time.Second })
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
+	countRawReads.Store(true)
+	t.Cleanup(func() { countRawReads.Store(false) })
 	rc := newRawClient(t, e.http)
 	rc.send(get1("/warm")) // the connection's first read may find nothing yet
 	rc.read("GET")
