@@ -10,6 +10,8 @@
 //
 // HTTP/1.1 (plain and over TLS) starts at [h1Conn.run] (h1serve.go): one goroutine per
 // connection reads requests into its own buffer and parses them in place (internal/h1wire);
+// a plain connection does so inside one syscall.RawConn.Read ([h1Conn.loopRaw], h1raw.go),
+// so that it waits for the next request without a read that finds nothing;
 // [h1Conn.serveRequest] (h1forward.go) does one TableSource.Load, one Compiled.Lookup, a
 // target pick (targets.go), writes the request to a pooled target connection in one
 // write and waits for the answer before reading (upstream.Conn.WriteRead), parses it in place and relays it, head and first body bytes in one
