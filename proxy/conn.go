@@ -22,15 +22,21 @@ type plainListener struct {
 // Accept skips connections from penalised client addresses (penalize.go: they are
 // held in the tarpit).
 func (l *plainListener) Accept() (net.Conn, error) {
+	c, err := l.s.acceptUnpenalized(l.Listener)
+	if err != nil {
+		return nil, err
+	}
+	return &clientConn{Conn: rawnet.Wrap(c), s: l.s}, nil
+}
+
+// acceptUnpenalized accepts l's next connection whose client address is not penalised
+// (penalize.go: the others are held in the tarpit).
+func (s *Server) acceptUnpenalized(l net.Listener) (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
+		c, err := l.Accept()
+		if err != nil || !s.refusePenalized(c) {
+			return c, err
 		}
-		if l.s.refusePenalized(c) {
-			continue
-		}
-		return &clientConn{Conn: rawnet.Wrap(c), s: l.s}, nil
 	}
 }
 
@@ -45,17 +51,12 @@ type tlsListener struct {
 // Accept skips connections from penalised client addresses before their handshake
 // (penalize.go: they are held in the tarpit).
 func (l *tlsListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.s.refusePenalized(c) {
-			continue
-		}
-		tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
-		return &clientConn{Conn: tc, tc: tc, s: l.s}, nil
+	c, err := l.s.acceptUnpenalized(l.Listener)
+	if err != nil {
+		return nil, err
 	}
+	tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
+	return &clientConn{Conn: tc, tc: tc, s: l.s}, nil
 }
 
 // clientConn is one client connection with its byte counters and the per-connection state

@@ -24,47 +24,25 @@ func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *re
 		s.answer(w, rs, outcomeHandshake)
 		return
 	}
-	if !s.tunnels.acquire() {
-		s.answer(w, rs, outcomeUnavailable)
-		return
-	}
-	defer s.tunnels.release()
-	e := rs.entry
-	o := s.newOutbound(r, rs, true)
-	asUpgrade(&o.req)
-	walk := newWalk(s, e)
-	u := s.dialUpgrade(r.Context(), &walk, &o.req)
-	rs.backend, rs.err = walk.b, u.err
-	switch {
-	case u.res == nil && u.oc == outcomeClientGone:
-		rs.abort = true
-		return
-	case u.res == nil:
-		s.answer(w, rs, u.oc)
-		return
-	}
-	defer walk.done()
-	if u.res.StatusCode != http.StatusSwitchingProtocols {
-		s.relay(w, r, u.res, rs)
-		u.bc.Close()
-		return
-	}
-	dst := w.Header()
-	for k, vv := range acceptedFields(u.res.Header) {
-		dst[k] = vv
-	}
-	rs.out += responseFieldBytes(dst)
-	w.WriteHeader(http.StatusOK)
-	str, err := streamer.HTTPStream()
-	if err != nil {
-		u.bc.Close()
-		rs.err, rs.abort = err, true
-		return
-	}
-	rs.upgraded, rs.status = true, http.StatusOK
-	s.countUpgrade(e, stats.ProtoHTTP3, rs.in, rs.out)
-	up, down := s.runTunnel(e, stats.ProtoHTTP3, &h3StreamConn{str: str}, u.bc, u.br)
-	rs.in, rs.out = rs.in+up, rs.out+down
+	s.openUpgrade(w, r, rs, true, func(u upgradeResult) {
+		dst := w.Header()
+		for k, vv := range acceptedFields(u.res.Header) {
+			dst[k] = vv
+		}
+		rs.out += responseFieldBytes(dst)
+		w.WriteHeader(http.StatusOK)
+		str, err := streamer.HTTPStream()
+		if err != nil {
+			u.bc.Close()
+			rs.err, rs.abort = err, true
+			return
+		}
+		rs.upgraded, rs.status = true, http.StatusOK
+		e := rs.entry
+		s.countUpgrade(e, stats.ProtoHTTP3, rs.in, rs.out)
+		up, down := s.runTunnel(e, stats.ProtoHTTP3, &h3StreamConn{str: str}, u.bc, u.br)
+		rs.in, rs.out = rs.in+up, rs.out+down
+	})
 }
 
 // h3StreamConn is an HTTP/3 request stream as the client side of a tunnel. Close

@@ -27,32 +27,16 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 		s.answer(w, rs, outcomeHandshake)
 		return
 	}
-	if !s.tunnels.acquire() {
-		s.answer(w, rs, outcomeUnavailable)
-		return
-	}
-	defer s.tunnels.release()
+	// The slot, the walk, the dial and the handshake are the extended CONNECT's
+	// (xconnect.go).
+	s.openUpgrade(w, r, rs, false, func(u upgradeResult) { s.switchWebSocket(hj, rs, u) })
+}
+
+// switchWebSocket takes the client's connection over once the target switched protocols,
+// sends the client the target's 101, and runs the tunnel.
+func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u upgradeResult) {
 	e := rs.entry
-	o := s.newOutbound(r, rs, true)
-
-	// The walk, the dial and the handshake are the extended CONNECT's (xconnect.go).
-	walk := newWalk(s, e)
-	u := s.dialUpgrade(r.Context(), &walk, &o.req)
-	rs.backend, rs.err = walk.b, u.err
-	if u.res == nil {
-		if u.oc != outcomeClientGone {
-			s.answer(w, rs, u.oc)
-		}
-		return
-	}
-	defer walk.done()
 	res, bc, br := u.res, u.bc, u.br
-	if res.StatusCode != http.StatusSwitchingProtocols {
-		s.relay(w, r, res, rs)
-		bc.Close()
-		return
-	}
-
 	cconn, brw, err := hj.Hijack()
 	if err != nil {
 		bc.Close()

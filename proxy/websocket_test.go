@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,5 +102,47 @@ func TestWebSocketHandshakeFailures(t *testing.T) {
 	}
 	if st := e.stat("refuse.example.test"); st.BackendFailures.Handshake != 0 {
 		t.Errorf("an answered refusal is no failure: %+v", st.BackendFailures)
+	}
+}
+
+// TestWebSocketClientGoneDuringHandshake: a client that half-closes its connection while
+// the target has not answered the upgrade yet is given nothing, not net/http's default
+// 200 for a handler that wrote nothing (the plain forward already refused that), and the
+// target's connection is closed.
+func TestWebSocketClientGoneDuringHandshake(t *testing.T) {
+	e := newEnv(t)
+	asked, targetDone := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	silent := rawServer(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		once.Do(func() { close(asked) })
+		_, _ = io.Copy(io.Discard, c) // never answers; returns when the proxy closes
+		close(targetDone)
+	})
+	e.apply([]routeSpec{{host: "silent.example.test", backends: []string{silent}}})
+	c := dialRaw(t, e.http)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /chat HTTP/1.1\r\nHost: silent.example.test\r\nConnection: Upgrade\r\n"+
+		"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upgrade never reached the target")
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if len(got) != 0 {
+		t.Fatalf("a client that left during the handshake got %q (err %v); want nothing", got, err)
+	}
+	select {
+	case <-targetDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the target's connection stayed open after the client left")
 	}
 }

@@ -100,6 +100,43 @@ func (s *Server) dialUpgrade(ctx context.Context, walk *targetWalk, req *http.Re
 	return upgradeResult{res: res, bc: bc, br: br}
 }
 
+// openUpgrade is the start of a tunnel on the net/http front-ends, HTTP/1.1 Upgrade
+// (websocket.go) and HTTP/3 extended CONNECT (h3tunnel.go, connect set: the request
+// becomes an upgrade first): a tunnel slot, then the walk, dial and handshake of
+// dialUpgrade. When the target switched protocols it calls switched, holding the slot and
+// the target (walk.done) until switched returns; otherwise it answers the client itself:
+// the target's answer relayed, a failure mapped to its status, or nothing at all for a
+// client that went away (rs.abort: never net/http's default 200).
+func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqState, connect bool, switched func(u upgradeResult)) {
+	if !s.tunnels.acquire() {
+		s.answer(w, rs, outcomeUnavailable)
+		return
+	}
+	defer s.tunnels.release()
+	o := s.newOutbound(r, rs, true)
+	if connect {
+		asUpgrade(&o.req)
+	}
+	walk := newWalk(s, rs.entry)
+	u := s.dialUpgrade(r.Context(), &walk, &o.req)
+	rs.backend, rs.err = walk.b, u.err
+	switch {
+	case u.res == nil && u.oc == outcomeClientGone:
+		rs.abort = true
+		return
+	case u.res == nil:
+		s.answer(w, rs, u.oc)
+		return
+	}
+	defer walk.done()
+	if u.res.StatusCode != http.StatusSwitchingProtocols {
+		s.relay(w, r, u.res, rs)
+		u.bc.Close()
+		return
+	}
+	switched(u)
+}
+
 // tunnelClient is the client side of a tunnel: a stream of the client's connection.
 type tunnelClient interface {
 	net.Conn
