@@ -22,13 +22,14 @@
 // (proxy/internal/h2) on the same connection goroutine, from [h1Conn.serveH2]
 // (h2serve.go); each stream's hot path starts at [h2Front.ServeH2] (h2forward.go), which
 // translates it into the same lookup, pick, forwarding policy and accounting, without
-// http.Request or ResponseWriter on the client side. A request without a body (nearly
-// every GET) is then forwarded at the byte level like an HTTP/1.1 one
-// ([h2Req.forwardBytes], h2bytes.go): its HTTP/1.1 request written into bytes, the
-// exchange shared with the fast path ([Server.exchange], exchange.go), the answer parsed by
-// h1wire and relayed as DATA; a request with a body goes through net/http's request
-// writer on the pools. With Config.HTTP2Server "std" HTTP/2 goes to net/http instead, as
-// below.
+// http.Request or ResponseWriter on the client side. Every request is then forwarded at
+// the byte level like an HTTP/1.1 one ([h2Req.forwardBytes], h2bytes.go): its HTTP/1.1
+// request head written into bytes, the exchange shared with the fast path
+// ([Server.exchange], exchange.go), the answer parsed by h1wire and relayed as DATA; a
+// request body streams to the target as its DATA arrives, under the client's flow control
+// (h2upload.go: Content-Length when the client stated one, chunked otherwise). An
+// extended CONNECT becomes a WebSocket tunnel (h2tunnel.go). With Config.HTTP2Server
+// "std" HTTP/2 goes to net/http instead, as below.
 //
 // Everything the fast path does not handle (HTTP/2 with "std", HTTP/1.0, upgrades, Expect, chunked
 // or large request bodies, anything its strict parser refuses) is handed, connection and
