@@ -112,14 +112,14 @@ func TestWebSocketHandshakeFailures(t *testing.T) {
 func TestWebSocketClientGoneDuringHandshake(t *testing.T) {
 	e := newEnv(t)
 	asked, targetDone := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var askedOnce, doneOnce sync.Once
 	silent := rawServer(t, func(c net.Conn) {
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
 			return
 		}
-		once.Do(func() { close(asked) })
+		askedOnce.Do(func() { close(asked) })
 		_, _ = io.Copy(io.Discard, c) // never answers; returns when the proxy closes
-		close(targetDone)
+		doneOnce.Do(func() { close(targetDone) })
 	})
 	e.apply([]routeSpec{{host: "silent.example.test", backends: []string{silent}}})
 	c := dialRaw(t, e.http)
