@@ -190,73 +190,20 @@ func (c *h1Conn) rawConn() syscall.RawConn {
 	return c.raw
 }
 
-// buildRequest writes the outgoing request into w.wb: the request line, the client's
-// fields without hop-by-hop ones, the forwarding fields, then the body.
+// buildRequest writes the outgoing request into w.wb: its head (appendHead, the body's
+// length from the body forwarded), then the body.
 func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 	req := &w.req
-	head := req.Head
-	b := append(w.wb[:0], req.Method()...)
-	b = append(b, ' ')
-	b = append(b, req.Target()...)
-	b = append(b, " HTTP/1.1\r\n"...)
-	fs := &w.fwd // in the connection's work area: nothing escapes per request
-	*fs = bytesFwdSink[h1Fields]{src: h1Fields{req}, f: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)),
-		https: c.secure, trusted: c.trusted}}
-	keep := fs.f.keepsClientForwarding()
-	for i := range req.Fields {
-		f := &req.Fields[i]
-		switch f.Kind {
-		case h1wire.KindDrop, h1wire.KindConnection, h1wire.KindTE, h1wire.KindContentLength:
-			continue // Content-Length is written below, from the body forwarded
-		case h1wire.KindXFF, h1wire.KindForwarded:
-			continue // extended or replaced by writeForwarding
-		case h1wire.KindXFProto, h1wire.KindXFHost, h1wire.KindXRealIP:
-			if !keep {
-				continue
-			}
-		}
-		b = append(b, head[f.NS:f.VE]...) // name, colon, whitespace and value, as sent
-		b = append(b, "\r\n"...)
+	h := outHead{
+		method: unsafe.String(unsafe.SliceData(req.Method()), len(req.Method())),
+		target: unsafe.String(unsafe.SliceData(req.Target()), len(req.Target())),
+		host:   unsafe.String(unsafe.SliceData(req.Host), len(req.Host)),
+		body:   len(body) > 0, length: int64(len(body)), zeroLength: req.HasCL,
+		te:  req.TETrailers,
+		fwd: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), https: c.secure, trusted: c.trusted},
 	}
-	if req.TETrailers {
-		b = append(b, "Te: trailers\r\n"...)
-	}
-	if req.HasCL || len(body) > 0 {
-		// The framing of what is forwarded is derived from the body forwarded, in
-		// canonical form, whatever the client's field looked like.
-		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, int64(len(body)), 10)
-		b = append(b, "\r\n"...)
-	}
-	fs.b = b
-	writeForwarding(fs, fs.f)
-	b = fs.b
-	*fs = bytesFwdSink[h1Fields]{}
-	b = append(b, "\r\n"...)
-	b = append(b, body...)
-	w.wb = b
-}
-
-// h1Fields are the fast path's request fields as a fieldSource.
-type h1Fields struct{ req *h1wire.Request }
-
-func (h h1Fields) hasKind(k uint8) bool {
-	for i := range h.req.Fields {
-		if h.req.Fields[i].Kind == k {
-			return true
-		}
-	}
-	return false
-}
-
-func (h h1Fields) appendValues(b []byte, k uint8) []byte {
-	for i := range h.req.Fields {
-		if f := &h.req.Fields[i]; f.Kind == k {
-			b = append(b, f.Value(h.req.Head)...)
-			b = append(b, ", "...)
-		}
-	}
-	return b
+	b, _ := appendHead(w.wb[:0], h1Fields{req}, &h, &w.fwd)
+	w.wb = append(b, body...)
 }
 
 // exchange sends w.wb to addr (Server.exchange, exchange.go) and reads the response

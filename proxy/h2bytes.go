@@ -34,8 +34,11 @@ import (
 // h2Work is a stream's work area for the byte-level exchange.
 type h2Work struct {
 	upWork
-	fwd  bytesFwdSink[h2Fields]
-	body uploader // the request body's, when it has one
+	lf     listFields
+	kinds  [32]uint8 // lf's kinds, for requests with up to 32 fields
+	target []byte    // the request-target, escaped as it goes
+	fwd    bytesFwdSink[*listFields]
+	body   uploader // the request body's, when it has one
 }
 
 var h2Works = sync.Pool{New: func() any {
@@ -131,89 +134,38 @@ func (x *h2Req) replayable(hasBody bool) bool {
 // nameBytes is a field name as bytes, without copying (never written to).
 func nameBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// buildRequest writes the outgoing HTTP/1.1 request head into w.wb: the request line,
-// Host from :authority, the client's fields without hop-by-hop ones and the client's
-// forwarding fields unless trusted, the framing of the body as it will be sent, then
-// this hop's forwarding fields. A request with a body gets an uploader (w.up) to send
-// it: under Content-Length when the client stated one and announced no trailers,
-// chunked otherwise.
+// buildRequest writes the outgoing HTTP/1.1 request head into w.wb (appendHead): Host
+// from :authority, the body framed as it will be sent (Content-Length when the client
+// stated one and announced no trailers, chunked otherwise; "Content-Length: 0" on a
+// method that defines content and has none, RFC 9110 §8.6, as net/http's writer does). A
+// request with a body gets an uploader (w.body) to send it.
 func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 	rq, f := x.rq, x.f
-	b := append(w.wb[:0], rq.Method...)
-	b = append(b, ' ')
-	var err error
-	if b, err = appendTarget(b, rq.Path); err != nil {
+	target, err := appendTarget(w.target[:0], rq.Path)
+	if err != nil {
 		return nil, err
 	}
+	w.target = target
 	var up *uploader
 	if !rq.NoBody && rq.ContentLength != 0 {
 		up = &w.body
 		*up = uploader{st: x.st}
 	}
-	var trailer []string // announced request trailers (the field is hop-by-hop)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, rq.Authority...)
-	b = append(b, "\r\n"...)
-	fs := &w.fwd
-	*fs = bytesFwdSink[h2Fields]{src: h2Fields{rq.Fields}, f: forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}}
-	keep := fs.f.keepsClientForwarding()
-	te := false
-	for i := range rq.Fields {
-		fl := &rq.Fields[i]
-		switch h1wire.RequestFieldKind(nameBytes(fl.Name)) {
-		case h1wire.KindTE:
-			te = true // the engine admits "trailers" only
-			continue
-		case h1wire.KindConnection, h1wire.KindContentLength, h1wire.KindTransferEncoding, h1wire.KindHost:
-			continue // hop-by-hop, or framing: written below from what is forwarded
-		case h1wire.KindXFF, h1wire.KindForwarded:
-			continue // extended or replaced by writeForwarding
-		case h1wire.KindHandoff:
-			// Expect (Upgrade never gets here): only 100-continue reaches this point
-			// (route), and it concerns a body.
-			if up == nil {
-				continue
-			}
-			up.expect = true
-		case h1wire.KindDrop:
-			if up != nil && fl.Name == "trailer" {
-				trailer = append(trailer, fl.Value)
-			}
-			continue
-		case h1wire.KindXFProto, h1wire.KindXFHost, h1wire.KindXRealIP:
-			if !keep {
-				continue
-			}
-		}
-		b = append(b, fl.Name...)
-		b = append(b, ": "...)
-		b = append(b, fl.Value...)
-		b = append(b, "\r\n"...)
+	w.lf.fields = rq.Fields
+	w.lf.classify(w.kinds[:])
+	h := outHead{
+		method: rq.Method, target: unsafe.String(unsafe.SliceData(target), len(target)), host: rq.Authority,
+		body: up != nil, length: rq.ContentLength, trailers: up != nil,
+		zeroLength: up == nil && (rq.Method == http.MethodPost || rq.Method == http.MethodPut || rq.Method == http.MethodPatch),
+		te:         w.lf.hasKind(h1wire.KindTE), // the engine admits "trailers" only
+		fwd:        forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted},
 	}
-	if te {
-		b = append(b, "Te: trailers\r\n"...)
+	b, plan := appendHead(w.wb[:0], &w.lf, &h, &w.fwd)
+	w.wb = b
+	w.lf = listFields{}
+	if up != nil {
+		up.chunked, up.expect = plan.chunked, plan.expect
 	}
-	switch {
-	case up != nil && (rq.ContentLength < 0 || trailer != nil):
-		up.chunked = true
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-		for _, v := range trailer {
-			b = append(b, "Trailer: "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	case up != nil:
-		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, rq.ContentLength, 10)
-		b = append(b, "\r\n"...)
-	case rq.Method == http.MethodPost || rq.Method == http.MethodPut || rq.Method == http.MethodPatch:
-		b = append(b, "Content-Length: 0\r\n"...)
-	}
-	fs.b = b
-	writeForwarding(fs, fs.f)
-	b = fs.b
-	*fs = bytesFwdSink[h2Fields]{}
-	w.wb = append(b, "\r\n"...)
 	return up, nil
 }
 
@@ -266,45 +218,6 @@ func pathVerbatim(p string) bool {
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// h2Fields are an HTTP/2 request's fields (lower-case names) as a fieldSource.
-type h2Fields struct{ fields []hpack.HeaderField }
-
-// kindName is the HTTP/2 (lower-case) name of a forwarding field kind.
-func kindName(k uint8) string {
-	switch k {
-	case h1wire.KindXFF:
-		return "x-forwarded-for"
-	case h1wire.KindForwarded:
-		return "forwarded"
-	case h1wire.KindXFProto:
-		return "x-forwarded-proto"
-	case h1wire.KindXFHost:
-		return "x-forwarded-host"
-	}
-	return "x-real-ip"
-}
-
-func (h h2Fields) hasKind(k uint8) bool {
-	name := kindName(k)
-	for i := range h.fields {
-		if h.fields[i].Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-func (h h2Fields) appendValues(b []byte, k uint8) []byte {
-	name := kindName(k)
-	for i := range h.fields {
-		if h.fields[i].Name == name {
-			b = append(b, h.fields[i].Value...)
-			b = append(b, ", "...)
-		}
-	}
-	return b
 }
 
 // relayBytes writes the target's response (w.res, its head in w.up) to the stream and
