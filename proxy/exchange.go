@@ -54,9 +54,16 @@ type clientWatch interface{ clientGone() bool }
 // whole request head (and, on the fast path, the body), so nothing the client sent is
 // lost by sending it again, unless up (an HTTP/2 request's body, sent as it comes) took
 // some of it. now is the request's start, from which the header timeout runs.
-func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch, replayable bool, up *uploader) (*upstream.Conn, error) {
+//
+// With upgrade set the request asks to switch protocols (a tunnel's handshake): it goes
+// on a new connection, never a pooled one, and a 101 is its final answer; the tunnel
+// then takes the connection over (upstream.Conn.Detach).
+func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch, replayable bool, up *uploader, upgrade bool) (*upstream.Conn, error) {
 	ps := s.up.Pools
-	uc := ps.Get(addr, s.up.now())
+	var uc *upstream.Conn
+	if !upgrade {
+		uc = ps.Get(addr, s.up.now())
+	}
 	for retried := false; ; retried = true {
 		if uc == nil {
 			var err error
@@ -64,7 +71,7 @@ func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch,
 				return nil, err
 			}
 		}
-		err := s.roundTrip(w, uc, now, cw, up)
+		err := s.roundTrip(w, uc, now, cw, up, upgrade)
 		if err == nil {
 			return uc, nil
 		}
@@ -81,9 +88,9 @@ func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch,
 }
 
 // roundTrip writes the request and reads the response head (skipping 1xx interim
-// answers; a 100 lets up's body go). With up, the body is sent by it from when the head
-// is written. On error uc is closed.
-func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clientWatch, up *uploader) error {
+// answers by upstream.Limits.Interim; a 100 lets up's body go). With up, the body is sent
+// by it from when the head is written. On error uc is closed.
+func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clientWatch, up *uploader, upgrade bool) error {
 	ps := s.up.Pools
 	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
 	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
@@ -112,9 +119,10 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 				// Rare: parse again with room for every line the head can hold.
 				err = h1wire.ParseResponse(&w.res, buf[:hl], make([]h1wire.Field, 0, hl/4))
 			}
+			interim := false
 			if err == nil && w.res.Status < 200 {
 				n1xx++
-				err = ps.Interim(w.res.Status, n1xx)
+				interim, err = ps.Interim(w.res.Status, n1xx, upgrade)
 				if w.res.Status == 100 && up != nil {
 					up.proceed()
 				}
@@ -123,7 +131,7 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 				uc.Close()
 				return err
 			}
-			if w.res.Status < 200 {
+			if interim {
 				filled = copy(buf, buf[hl:filled])
 				scanned = 0
 				continue

@@ -211,7 +211,7 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 func (c *h1Conn) exchange(w *h1Work, addr string) (*upstream.Conn, error) {
 	// The body is in memory: nothing was taken from the client that a new connection
 	// could not send again.
-	return c.s.exchange(&w.upWork, addr, c.now, c, replayable(&w.req), nil)
+	return c.s.exchange(&w.upWork, addr, c.now, c, replayable(&w.req), nil, false)
 }
 
 // clientGone reports a client that closed or reset its connection while its target

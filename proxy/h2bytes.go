@@ -83,7 +83,7 @@ func (x *h2Req) forwardBytes() {
 			return
 		}
 		x.backend = b
-		uc, err := s.exchange(&w.upWork, b.Addr, start, (*h2Watch)(x.st), replay, up)
+		uc, err := s.exchange(&w.upWork, b.Addr, start, (*h2Watch)(x.st), replay, up, false)
 		if err == nil {
 			walk.took()
 			x.err = nil

@@ -1,17 +1,12 @@
 package proxy
 
 import (
-	"errors"
-	"io"
-	"math"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
@@ -199,210 +194,9 @@ func headBytes(fields []hpack.HeaderField) int64 {
 	return int64(n)
 }
 
-// streamBody is the request body as the outgoing request reads it.
-type streamBody struct {
-	st *h2.Stream
-	tb *trackedBody
-	// trailer is the outgoing request's Trailer map (nil when the client announced
-	// none): the stream's trailers are copied in at the body's end, before the
-	// transport writes them.
-	trailer http.Header
-}
-
-func (b *streamBody) Read(p []byte) (int, error) {
-	n, err := b.st.Read(p)
-	switch {
-	case err == io.EOF && b.trailer != nil:
-		for _, f := range b.st.Trailers() {
-			k := http.CanonicalHeaderKey(f.Name)
-			b.trailer[k] = append(b.trailer[k], f.Value)
-		}
-	case errors.Is(err, h2.ErrBodyTimeout):
-		b.tb.timedOut.Store(true)
-	}
-	return n, err
-}
-
-func (b *streamBody) Close() error { return nil }
-
-// outgoing builds the request to the target for a tunnel's upgrade (h2tunnel.go): the
-// client's fields without hop-by-hop ones, the forwarding fields (headers.go's policy).
-func (x *h2Req) outgoing(o *outbound) (*http.Request, *trackedBody, error) {
-	rq, f := x.rq, x.f
-	var u *url.URL
-	if rq.Path == "*" {
-		u = &url.URL{Path: "*"}
-	} else {
-		var err error
-		if u, err = url.ParseRequestURI(rq.Path); err != nil {
-			return nil, nil, err
-		}
-	}
-	o.url = *u
-	o.url.Scheme = "http"
-	h := make(http.Header, len(rq.Fields)+6)
-	for _, fl := range rq.Fields {
-		k := http.CanonicalHeaderKey(fl.Name)
-		h[k] = append(h[k], fl.Value)
-	}
-	var trailer http.Header
-	if !rq.NoBody {
-		// Announced request trailers are forwarded (the transport writes them after a
-		// chunked body); Trailer itself is hop-by-hop, written by the transport.
-		for _, v := range h["Trailer"] {
-			for _, k := range strings.Split(v, ",") {
-				if k = strings.TrimSpace(k); k != "" {
-					if trailer == nil {
-						trailer = make(http.Header)
-					}
-					trailer[http.CanonicalHeaderKey(k)] = nil
-				}
-			}
-		}
-	}
-	if removeHopByHop(h) {
-		h["Te"] = valTrailers
-	}
-	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = valEmpty // keeps net/http from adding its own
-	}
-	setForwarded(h, forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}, o)
-	o.req = http.Request{
-		Method: rq.Method, URL: &o.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Host: rq.Authority,
-	}
-	var body *trackedBody
-	if !rq.NoBody && rq.ContentLength != 0 {
-		body = &o.body
-		body.rc = &streamBody{st: x.st, tb: body, trailer: trailer}
-		o.req.Trailer = trailer
-		body.limit = rq.ContentLength
-		o.req.ContentLength = rq.ContentLength
-		if body.limit < 0 {
-			body.limit = math.MaxInt64 // no length: to the end of the stream
-			o.req.ContentLength = -1
-		}
-		o.req.Body = body
-	}
-	return o.req.WithContext(x.st.Context()), body, nil
-}
-
 // forward sends the request to one of the route's targets and relays the answer, at the
 // byte level (h2bytes.go).
 func (x *h2Req) forward() { x.forwardBytes() }
-
-// relay writes the target's response to the stream (a tunnel's target that did not
-// switch protocols): head and first body bytes
-// together when the length is known, the rest as it comes, then trailers. A body the
-// target breaks off is a request failure and the stream is reset, so that the client
-// never takes a truncated body for whole; a client that stops taking the response
-// (the engine's write timeout) or goes away ends it as a 499.
-func (x *h2Req) relay(req *http.Request, res *http.Response, body *trackedBody) {
-	s := x.f.s
-	defer res.Body.Close()
-	removeHopByHop(res.Header)
-	fields := make([]hpack.HeaderField, 0, len(res.Header)+4)
-	hasDate := false
-	for k, vv := range res.Header {
-		switch k {
-		case "Alt-Svc":
-			if x.f.altSvc {
-				continue // we are the origin the client talks to
-			}
-		case "Date":
-			hasDate = true
-		case "Content-Length":
-			if res.StatusCode == http.StatusNotModified || res.StatusCode == http.StatusNoContent {
-				continue // no body follows; Go's HTTP/2 client would wait for one (h2bytes.go)
-			}
-		}
-		name := lowerFieldName(k)
-		for _, v := range vv {
-			fields = append(fields, hpack.HeaderField{Name: name, Value: v})
-		}
-	}
-	if len(res.Trailer) > 0 {
-		keys := make([]string, 0, len(res.Trailer))
-		for k := range res.Trailer {
-			keys = append(keys, k)
-		}
-		fields = append(fields, hpack.HeaderField{Name: "trailer", Value: strings.Join(keys, ", ")})
-	}
-	fields = x.commonFields(fields, hasDate)
-	x.out += headBytes(fields)
-	x.status = res.StatusCode
-
-	noBody := x.rq.Method == http.MethodHead || res.StatusCode == http.StatusNoContent ||
-		res.StatusCode == http.StatusNotModified || res.Body == http.NoBody
-	if noBody {
-		_ = x.st.WriteHead(res.StatusCode, fields, nil, true)
-		return
-	}
-	bp := bufPool.Get().(*[copyBufSize]byte)
-	defer bufPool.Put(bp)
-	buf := bp[:]
-
-	// Head and first body bytes in one write when the length is known (they usually
-	// came together); an event stream or a body of unknown length gets its head at once.
-	var first []byte
-	var rerr error
-	if res.ContentLength > 0 && !isEventStream(res.Header) {
-		n, err := io.ReadAtLeast(res.Body, buf, int(min(res.ContentLength, int64(len(buf)))))
-		first, rerr = buf[:n], err
-		if rerr == nil && int64(n) == res.ContentLength {
-			_, rerr = res.Body.Read(buf[n:]) // EOF at once: the target connection is free
-		}
-	}
-	if rerr != nil && rerr != io.EOF {
-		// Nothing reached the client yet: it gets a 502 instead of a broken body.
-		x.out = 0
-		x.err = rerr
-		if req.Context().Err() == nil {
-			s.failed(outcomeRequest, x.entry, x.backend, rerr)
-		}
-		x.answer(outcomeRequest)
-		return
-	}
-	end := rerr == io.EOF && len(res.Trailer) == 0
-	if err := x.st.WriteHead(res.StatusCode, fields, first, end); err != nil {
-		x.clientStopped(err)
-		return
-	}
-	x.out += int64(len(first))
-	if end {
-		return
-	}
-	for rerr == nil {
-		var n int
-		n, rerr = res.Body.Read(buf)
-		if n > 0 {
-			if _, err := x.st.Write(buf[:n]); err != nil {
-				x.clientStopped(err)
-				return
-			}
-			x.out += int64(n)
-		}
-	}
-	if rerr != io.EOF {
-		x.err = rerr
-		if req.Context().Err() == nil && (body == nil || !body.failed.Load()) {
-			s.failed(outcomeRequest, x.entry, x.backend, rerr)
-		}
-		x.st.Reset(http2.ErrCodeInternal)
-		return
-	}
-	var tr []hpack.HeaderField
-	for k, vv := range res.Trailer {
-		name := lowerFieldName(k)
-		for _, v := range vv {
-			tr = append(tr, hpack.HeaderField{Name: name, Value: v})
-			x.out += int64(len(k) + len(v))
-		}
-	}
-	if err := x.st.Close(tr); err != nil {
-		x.clientStopped(err)
-	}
-}
 
 // clientStopped records a response the client did not take (it reset the stream, its
 // window stayed shut, or the connection went): 499, not a backend failure.

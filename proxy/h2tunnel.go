@@ -17,56 +17,66 @@ import (
 // WebSocket upgrade to a target (xconnect.go), answers 200 when the target switches
 // protocols, then copies the stream's DATA and the target connection's bytes both ways.
 func (x *h2Req) tunnel() {
-	s, st := x.f.s, x.st
+	s, st, rq, f := x.f.s, x.st, x.rq, x.f
 	if !s.tunnels.acquire() {
 		x.answer(outcomeUnavailable)
 		return
 	}
 	defer s.tunnels.release()
-	e := x.entry
-	req, _, err := x.outgoing(new(outbound))
+	w := h2Works.Get().(*h2Work)
+	defer func() {
+		w.reset()
+		h2Works.Put(w)
+	}()
+	target, err := appendTarget(w.target[:0], rq.Path)
 	if err != nil {
 		x.err = err
 		x.answer(outcomeBadRequest)
 		return
 	}
-	asUpgrade(req)
+	w.target = target
+	w.lf.fields = rq.Fields
+	w.lf.classify(w.kinds[:])
+	h := outHead{target: string(target), host: rq.Authority, newKey: true,
+		fwd: forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}}
+	e := x.entry
 	walk := newWalk(s, e)
-	u := s.dialUpgrade(st.Context(), &walk, req)
+	u := upgrade(s, &walk, &w.upWork, &w.lf, &h, &w.fwd, (*h2Watch)(st))
+	w.lf = listFields{}
 	x.backend, x.err = walk.b, u.err
 	switch {
-	case u.res == nil && u.oc == outcomeClientGone:
+	case u.uc == nil && u.oc == outcomeClientGone:
 		return
-	case u.res == nil:
+	case u.uc == nil:
 		x.answer(u.oc)
 		return
 	}
 	defer walk.done()
-	if u.res.StatusCode != http.StatusSwitchingProtocols {
-		x.relay(req, u.res, nil)
-		u.bc.Close()
+	if !u.switched {
+		x.relayBytes(w, u.uc)
 		return
 	}
-	h := acceptedFields(u.res.Header)
-	fields := make([]hpack.HeaderField, 0, len(h)+2)
-	for k, vv := range h {
+	hd := acceptedFields(responseHeader(&w.res))
+	fields := make([]hpack.HeaderField, 0, len(hd)+2)
+	for k, vv := range hd {
 		for _, v := range vv {
 			fields = append(fields, hpack.HeaderField{Name: lowerFieldName(k), Value: v})
 		}
 	}
-	fields = x.commonFields(fields, len(h["Date"]) > 0)
+	fields = x.commonFields(fields, len(hd["Date"]) > 0)
 	x.status = http.StatusOK
 	x.out += headBytes(fields)
+	bc, br := u.tunnelConn()
 	st.SetBodyTimeout(0) // a WebSocket may be silent for as long as it likes
 	if err := st.WriteHead(http.StatusOK, fields, nil, false); err != nil {
-		u.bc.Close()
+		bc.Close()
 		x.clientStopped(err)
 		return
 	}
 	x.upgraded = true
 	x.in += x.rq.HeaderBytes
 	s.countUpgrade(e, stats.ProtoHTTP2, x.in, x.out)
-	up, down := s.runTunnel(e, stats.ProtoHTTP2, &streamConn{st: st, local: x.f.cc.LocalAddr(), remote: x.f.cc.RemoteAddr()}, u.bc, u.br)
+	up, down := s.runTunnel(e, stats.ProtoHTTP2, &streamConn{st: st, local: f.cc.LocalAddr(), remote: f.cc.RemoteAddr()}, bc, br)
 	x.in, x.out = x.in+up, x.out+down
 }
 

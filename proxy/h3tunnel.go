@@ -24,23 +24,24 @@ func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *re
 		s.answer(w, rs, outcomeHandshake)
 		return
 	}
-	s.openUpgrade(w, r, rs, true, func(u upgradeResult) {
+	s.openUpgrade(w, r, rs, true, func(u *upgradeResult, accepted http.Header) {
 		dst := w.Header()
-		for k, vv := range acceptedFields(u.res.Header) {
+		for k, vv := range acceptedFields(accepted) {
 			dst[k] = vv
 		}
 		rs.out += responseFieldBytes(dst)
 		w.WriteHeader(http.StatusOK)
+		bc, br := u.tunnelConn()
 		str, err := streamer.HTTPStream()
 		if err != nil {
-			u.bc.Close()
+			bc.Close()
 			rs.err, rs.abort = err, true
 			return
 		}
 		rs.upgraded, rs.status = true, http.StatusOK
 		e := rs.entry
 		s.countUpgrade(e, stats.ProtoHTTP3, rs.in, rs.out)
-		up, down := s.runTunnel(e, stats.ProtoHTTP3, &h3StreamConn{str: str}, u.bc, u.br)
+		up, down := s.runTunnel(e, stats.ProtoHTTP3, &h3StreamConn{str: str}, bc, br)
 		rs.in, rs.out = rs.in+up, rs.out+down
 	})
 }

@@ -155,10 +155,11 @@ func (u *leanTransport) exchange(ctx context.Context, uc *upstream.Conn, req *ht
 	var res *http.Response
 	for n1xx := 1; ; n1xx++ {
 		res, err = http.ReadResponse(br, req)
-		if err != nil || res.StatusCode >= 200 || res.StatusCode < 100 {
+		if err != nil {
 			break
 		}
-		if err = u.Interim(res.StatusCode, n1xx); err != nil {
+		if interim, ierr := u.Interim(res.StatusCode, n1xx, false); !interim {
+			err = ierr
 			break
 		}
 	}

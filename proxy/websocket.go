@@ -29,14 +29,14 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqS
 	}
 	// The slot, the walk, the dial and the handshake are the extended CONNECT's
 	// (xconnect.go).
-	s.openUpgrade(w, r, rs, false, func(u upgradeResult) { s.switchWebSocket(hj, rs, u) })
+	s.openUpgrade(w, r, rs, false, func(u *upgradeResult, accepted http.Header) { s.switchWebSocket(hj, rs, u, accepted) })
 }
 
 // switchWebSocket takes the client's connection over once the target switched protocols,
 // sends the client the target's 101, and runs the tunnel.
-func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u upgradeResult) {
+func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u *upgradeResult, accepted http.Header) {
 	e := rs.entry
-	res, bc, br := u.res, u.bc, u.br
+	bc, br := u.tunnelConn()
 	cconn, brw, err := hj.Hijack()
 	if err != nil {
 		bc.Close()
@@ -48,12 +48,12 @@ func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u upgradeResult
 		defer s.totals.Conn(stats.ProtoHTTP1, -1)
 	}
 	_ = cconn.SetDeadline(time.Time{})
-	removeHopByHop(res.Header)
-	res.Header["Connection"] = valUpgrade
-	res.Header["Upgrade"] = valWebSocket
+	removeHopByHop(accepted)
+	accepted["Connection"] = valUpgrade
+	accepted["Upgrade"] = valWebSocket
 	head := countingWriter{w: brw.Writer}
 	_, _ = io.WriteString(&head, "HTTP/1.1 101 Switching Protocols\r\n")
-	_ = res.Header.Write(&head)
+	_ = accepted.Write(&head)
 	_, _ = io.WriteString(&head, "\r\n")
 	ferr := brw.Flush()
 

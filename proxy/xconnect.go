@@ -2,139 +2,195 @@ package proxy
 
 import (
 	"bufio"
-	"context"
-	"crypto/rand"
-	"encoding/base64"
+	"bytes"
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"sync"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
-// Extended CONNECT (RFC 8441 over HTTP/2, RFC 9220 over HTTP/3) with :protocol websocket
-// becomes an HTTP/1.1 WebSocket upgrade to a target; this is the part both front-ends
-// share (h2tunnel.go, h3tunnel.go): the upgrade request, the walk over the targets, the
-// handshake, and the tunnel once the target switched protocols. HTTP/1.1 upgrades
-// (websocket.go) take the same walk, dial and handshake (dialUpgrade).
-
-// asUpgrade turns the outgoing request of an extended CONNECT into the HTTP/1.1 upgrade
-// the target expects: GET, Connection/Upgrade, a Sec-WebSocket-Key of our own (RFC 8441
-// has none: the stream itself is the proof), no body (the stream's DATA is the tunnel's,
-// after the 101).
-func asUpgrade(req *http.Request) {
-	req.Method = http.MethodGet
-	req.Body, req.ContentLength = nil, 0
-	h := req.Header
-	h["Connection"] = valUpgrade
-	h["Upgrade"] = valWebSocket
-	var key [16]byte
-	_, _ = rand.Read(key[:])
-	h["Sec-Websocket-Key"] = []string{base64.StdEncoding.EncodeToString(key[:])}
-}
+// The start of every WebSocket tunnel, whatever the client's protocol: an HTTP/1.1
+// Upgrade (websocket.go) or an extended CONNECT with :protocol websocket (RFC 8441 over
+// HTTP/2, h2tunnel.go; RFC 9220 over HTTP/3, h3tunnel.go) becomes an HTTP/1.1 WebSocket
+// upgrade to a target (appendHead with upgrade set), sent by the same exchange as every
+// forward (Server.exchange with upgrade: a new connection, the 1xx rule with 101 as the
+// final answer), over the same walk of the route's targets. Then the tunnel copies bytes
+// both ways (runTunnel).
 
 // upgradeResult is how the upgrade went.
 type upgradeResult struct {
-	res *http.Response // the target's answer (101 or any other); nil when none came
-	bc  net.Conn       // the target connection when res is set
-	br  *bufio.Reader  // bc's reader (it may hold the first tunnel bytes)
-	oc  outcome        // what to answer when res is nil
-	err error          // why, for the access log
+	// uc is the target's connection when it answered (res in the work area holds the
+	// answer's head): switched, or any other final answer, which the caller relays.
+	uc       *upstream.Conn
+	switched bool
+	rest     []byte // tunnel bytes that came with the 101 (a copy)
+	oc       outcome
+	err      error // why, for the access log
 }
 
-// dialUpgrade sends req (asUpgrade'd, its URL host set here) to one of walk's targets:
-// the same pick, connect retry and passive health as a forward. A handshake that breaks
-// or a 101 without Upgrade: websocket is a handshake failure (counted and logged). With
-// res set the target took the request (walk.took): the caller ends it with walk.done.
-// The handshake is bounded by ResponseHeaderTimeout and by ctx (the client's presence).
-func (s *Server) dialUpgrade(ctx context.Context, walk *targetWalk, req *http.Request) upgradeResult {
-	var (
-		b  *routetable.Backend
-		bc net.Conn
-	)
+// upgrade writes the upgrade request for src and h into w and sends it to one of walk's
+// targets: the same pick, connect retry and passive health as a forward. A handshake that
+// breaks or times out (ResponseHeaderTimeout), or a 101 without Upgrade: websocket, is a
+// handshake failure (counted and logged). With uc set the target took the request
+// (walk.took): the caller ends it with walk.done.
+func upgrade[S headFields](s *Server, walk *targetWalk, w *upWork, src S, h *outHead, fs *bytesFwdSink[S], cw clientWatch) upgradeResult {
+	h.method, h.upgrade = http.MethodGet, true
+	h.body, h.zeroLength, h.trailers = false, false, false
+	w.wb, _ = appendHead(w.wb[:0], src, h, fs)
+	start := time.Now()
 	for {
-		if b = walk.next(); b == nil {
+		b := walk.next()
+		if b == nil {
 			return upgradeResult{oc: walk.last}
 		}
-		var err error
-		bc, err = s.dialer.DialContext(ctx, "tcp", b.Addr)
+		uc, err := s.exchange(w, b.Addr, start, cw, false, nil, true)
+		if err == nil && w.res.Status == http.StatusSwitchingProtocols && !upgradesToWebSocket(&w.res) {
+			uc.Close()
+			err = errNoUpgrade
+		}
 		if err == nil {
 			walk.took()
-			break
+			u := upgradeResult{uc: uc, switched: w.res.Status == http.StatusSwitchingProtocols}
+			if u.switched && w.filled > w.resHead {
+				u.rest = bytes.Clone(w.up[h1Headroom+w.resHead : h1Headroom+w.filled])
+			}
+			return u
 		}
-		if ctx.Err() != nil {
-			walk.missed(outcomeClientGone, err, false)
-			return upgradeResult{oc: outcomeClientGone, err: err}
+		o := classifyUpstream(err)
+		if o == outcomeConnect {
+			walk.missed(o, err, true) // marked down; the next target is tried
+			continue
 		}
-		walk.missed(outcomeConnect, err, true) // marked down; the next target is tried
-	}
-	req.URL.Host = b.Addr
-	_ = bc.SetDeadline(time.Now().Add(s.cfg.ResponseHeaderTimeout))
-	stop := context.AfterFunc(ctx, func() { _ = bc.SetDeadline(time.Unix(1, 0)) })
-	br := bufio.NewReaderSize(bc, 4<<10)
-	var res *http.Response
-	err := req.Write(bc)
-	if err == nil {
-		res, err = http.ReadResponse(br, req)
-	}
-	gone := !stop() || ctx.Err() != nil
-	if err == nil && !gone && res.StatusCode == http.StatusSwitchingProtocols &&
-		!httpguts.HeaderValuesContainsToken(res.Header["Upgrade"], "websocket") {
-		err = errNoUpgrade
-	}
-	if err != nil || gone {
-		bc.Close()
-		walk.done()
-		if gone {
-			return upgradeResult{oc: outcomeClientGone, err: err}
+		if o != outcomeClientGone {
+			o = outcomeHandshake
 		}
-		s.failed(outcomeHandshake, walk.e, b, err)
-		return upgradeResult{oc: outcomeHandshake, err: err}
+		walk.missed(o, err, false)
+		return upgradeResult{oc: o, err: err}
 	}
-	_ = bc.SetDeadline(time.Time{})
-	return upgradeResult{res: res, bc: bc, br: br}
+}
+
+// upgradesToWebSocket reports a 101 whose Upgrade names websocket.
+func upgradesToWebSocket(res *h1wire.Response) bool {
+	for i := range res.Fields {
+		f := &res.Fields[i]
+		if eqFoldBytes(f.Name(res.Head), "upgrade") && hasToken(string(f.Value(res.Head)), "websocket") {
+			return true
+		}
+	}
+	return false
+}
+
+// responseHeader is a target's answer head as an http.Header (for the 101's fields).
+func responseHeader(res *h1wire.Response) http.Header {
+	h := make(http.Header, len(res.Fields))
+	for i := range res.Fields {
+		f := &res.Fields[i]
+		k := textproto.CanonicalMIMEHeaderKey(string(f.Name(res.Head)))
+		h[k] = append(h[k], string(f.Value(res.Head)))
+	}
+	return h
+}
+
+// tunnelConn is the target side of a switched tunnel: its connection, and a reader that
+// first gives the bytes that came with the 101.
+func (u *upgradeResult) tunnelConn() (net.Conn, io.Reader) {
+	_ = u.uc.SetReadDeadline(time.Time{}) // the handshake's: a tunnel may be silent
+	bc := u.uc.Detach()
+	if len(u.rest) == 0 {
+		return bc, bc
+	}
+	return bc, io.MultiReader(bytes.NewReader(u.rest), bc)
+}
+
+// reqWatch is a net/http request as Server.exchange's clientWatch.
+type reqWatch struct{ r *http.Request }
+
+func (w reqWatch) clientGone() bool { return w.r.Context().Err() != nil }
+
+// headerFields flattens a net/http request's header (hop-by-hop fields and those its
+// Connection names already removed) into decoded fields for appendHead.
+func headerFields(h http.Header) []hpack.HeaderField {
+	n := 0
+	for _, vv := range h {
+		n += len(vv)
+	}
+	fields := make([]hpack.HeaderField, 0, n)
+	for k, vv := range h {
+		for _, v := range vv {
+			fields = append(fields, hpack.HeaderField{Name: k, Value: v})
+		}
+	}
+	return fields
 }
 
 // openUpgrade is the start of a tunnel on the net/http front-ends, HTTP/1.1 Upgrade
-// (websocket.go) and HTTP/3 extended CONNECT (h3tunnel.go, connect set: the request
-// becomes an upgrade first): a tunnel slot, then the walk, dial and handshake of
-// dialUpgrade. When the target switched protocols it calls switched, holding the slot and
-// the target (walk.done) until switched returns; otherwise it answers the client itself:
-// the target's answer relayed, a failure mapped to its status, or nothing at all for a
-// client that went away (rs.abort: never net/http's default 200).
-func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqState, connect bool, switched func(u upgradeResult)) {
+// (websocket.go) and HTTP/3 extended CONNECT (h3tunnel.go): a tunnel slot, then the
+// upgrade. When the target switched protocols it calls switched with the 101's fields,
+// holding the slot and the target (walk.done) until switched returns; otherwise it
+// answers the client itself: the target's answer relayed, a failure mapped to its
+// status, or nothing at all for a client that went away (rs.abort: never net/http's
+// default 200).
+func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqState, connect bool, switched func(u *upgradeResult, accepted http.Header)) {
 	if !s.tunnels.acquire() {
 		s.answer(w, rs, outcomeUnavailable)
 		return
 	}
 	defer s.tunnels.release()
-	o := s.newOutbound(r, rs, true)
-	if connect {
-		asUpgrade(&o.req)
-	}
+	uw := h2Works.Get().(*h2Work)
+	defer func() {
+		uw.reset()
+		h2Works.Put(uw)
+	}()
+	te := removeHopByHop(r.Header)
+	uw.lf.fields = headerFields(r.Header)
+	uw.lf.classify(uw.kinds[:])
+	ip := clientIP(r.RemoteAddr)
+	h := outHead{target: r.URL.RequestURI(), host: r.Host, te: te, newKey: connect,
+		fwd: forwardedFor{clientIP: ip, host: r.Host, https: rs.secure, trusted: s.isTrusted(ip)}}
 	walk := newWalk(s, rs.entry)
-	u := s.dialUpgrade(r.Context(), &walk, &o.req)
+	u := upgrade(s, &walk, &uw.upWork, &uw.lf, &h, &uw.fwd, reqWatch{r})
+	uw.lf = listFields{}
 	rs.backend, rs.err = walk.b, u.err
 	switch {
-	case u.res == nil && u.oc == outcomeClientGone:
+	case u.uc == nil && u.oc == outcomeClientGone:
 		rs.abort = true
 		return
-	case u.res == nil:
+	case u.uc == nil:
 		s.answer(w, rs, u.oc)
 		return
 	}
 	defer walk.done()
-	if u.res.StatusCode != http.StatusSwitchingProtocols {
-		s.relay(w, r, u.res, rs)
-		u.bc.Close()
+	if !u.switched {
+		s.relayAnswer(w, r, rs, &uw.upWork, u.uc)
 		return
 	}
-	switched(u)
+	switched(&u, responseHeader(&uw.res))
+}
+
+// relayAnswer relays a target's final answer other than 101 to an upgrade, its head in
+// w, through net/http's reader and the net/http front-ends' relay.
+func (s *Server) relayAnswer(w http.ResponseWriter, r *http.Request, rs *reqState, uw *upWork, uc *upstream.Conn) {
+	defer uc.Close()
+	got := bytes.Clone(uw.up[h1Headroom : h1Headroom+uw.filled])
+	_ = uc.SetReadDeadline(time.Time{})
+	br := bufio.NewReader(io.MultiReader(bytes.NewReader(got), uc))
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil {
+		rs.err = err
+		s.failed(outcomeHandshake, rs.entry, rs.backend, err)
+		s.answer(w, rs, outcomeHandshake)
+		return
+	}
+	s.relay(w, r, res, rs)
 }
 
 // tunnelClient is the client side of a tunnel: a stream of the client's connection.

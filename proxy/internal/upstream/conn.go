@@ -105,3 +105,10 @@ func (uc *Conn) Abort() func() { return uc.abort }
 
 // Close closes the connection.
 func (uc *Conn) Close() { _ = uc.c.Close() }
+
+// Detach hands the connection over for good (a tunnel's, once the target switched
+// protocols): it is the caller's to read, write and close, and never goes to a pool.
+func (uc *Conn) Detach() net.Conn {
+	uc.pool = nil
+	return uc.c
+}

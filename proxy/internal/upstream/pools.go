@@ -45,7 +45,7 @@ func (ps *Pools) Dial(ctx context.Context, addr string) (*Conn, error) {
 // Put ends uc's exchange at now: it goes back to its pool when keep says the exchange
 // ended cleanly and the pools are not closed, else it is closed.
 func (ps *Pools) Put(uc *Conn, keep bool, now time.Time) {
-	if keep && !ps.closed.Load() {
+	if keep && uc.pool != nil && !ps.closed.Load() {
 		uc.idleAt = now
 		if uc.pool.put(uc, ps.MaxIdle) {
 			return

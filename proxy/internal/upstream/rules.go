@@ -23,18 +23,23 @@ var (
 	ErrUnexpectedUpgrade       = errors.New("proxy: target switched protocols unasked")
 )
 
-// Interim judges the n-th (from 1) interim answer with the given 1xx status: nil means
-// drop it and read on (103 Early Hints and the like, as http.Transport does), else the
-// exchange fails with the error. 101 is never asked for on a pooled connection (upgrades
-// dial their own).
-func (l *Limits) Interim(status, n int) error {
+// Interim is the one 1xx rule: it judges an answer with the given status, the n-th
+// (from 1) non-final one when it is 1xx. interim means drop it and read on (100, 103
+// Early Hints and the like, as http.Transport does); otherwise the answer is final (any
+// status from 200 up, and 101 for a request that asked to upgrade), unless err says the
+// exchange fails: 101 unasked, or more than Max1xx interim answers.
+func (l *Limits) Interim(status, n int, upgrade bool) (interim bool, err error) {
 	switch {
+	case status >= 200 || status < 100:
+		return false, nil
+	case status == 101 && upgrade:
+		return false, nil
 	case status == 101:
-		return ErrUnexpectedUpgrade
+		return false, ErrUnexpectedUpgrade
 	case n > l.Max1xx:
-		return ErrTooMany1xx
+		return false, ErrTooMany1xx
 	}
-	return nil
+	return true, nil
 }
 
 // Replayable reports whether a request may be sent again after a reused connection died

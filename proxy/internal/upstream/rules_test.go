@@ -6,6 +6,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestMayReplay(t *testing.T) {
@@ -67,16 +68,27 @@ func TestReplayable(t *testing.T) {
 }
 
 func TestInterim(t *testing.T) {
-	l := DefaultLimits(0)
+	l := DefaultLimits(time.Second)
 	for n := 1; n <= l.Max1xx; n++ {
-		if err := l.Interim(103, n); err != nil {
-			t.Fatalf("interim %d: %v", n, err)
+		if interim, err := l.Interim(103, n, false); !interim || err != nil {
+			t.Fatalf("103 #%d: interim %v, %v; want dropped", n, interim, err)
 		}
 	}
-	if err := l.Interim(100, l.Max1xx+1); !errors.Is(err, ErrTooMany1xx) {
-		t.Errorf("interim %d: %v, want ErrTooMany1xx", l.Max1xx+1, err)
+	if _, err := l.Interim(100, l.Max1xx+1, false); !errors.Is(err, ErrTooMany1xx) {
+		t.Fatalf("one 1xx too many: %v", err)
 	}
-	if err := l.Interim(101, 1); !errors.Is(err, ErrUnexpectedUpgrade) {
-		t.Errorf("101: %v, want ErrUnexpectedUpgrade", err)
+	if _, err := l.Interim(101, 1, false); !errors.Is(err, ErrUnexpectedUpgrade) {
+		t.Fatalf("101 unasked: %v", err)
+	}
+	if interim, err := l.Interim(101, 2, true); interim || err != nil {
+		t.Fatalf("101 to an upgrade: interim %v, %v; want final", interim, err)
+	}
+	if interim, err := l.Interim(103, 1, true); !interim || err != nil {
+		t.Fatalf("103 before an upgrade's 101: interim %v, %v; want dropped", interim, err)
+	}
+	for _, st := range []int{200, 204, 404, 502} {
+		if interim, err := l.Interim(st, 1, false); interim || err != nil {
+			t.Fatalf("%d: interim %v, %v; want final", st, interim, err)
+		}
 	}
 }
