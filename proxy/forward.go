@@ -247,9 +247,14 @@ func (s *Server) relayBody(w http.ResponseWriter, r *http.Request, res *http.Res
 		rs.status = outcomeClientStalled.status()
 		rs.err = werr
 		return
+	case rerr != nil && r.Context().Err() != nil:
+		// The client left (its context ended the target's read): 499, no failure.
+		rs.abort = true
+		rs.status, rs.err = 0, errClientGone
+		return
 	case rerr != nil:
 		rs.err = rerr
-		if r.Context().Err() == nil && (body == nil || !body.failed.Load()) {
+		if body == nil || !body.failed.Load() {
 			s.failed(outcomeRequest, rs.entry, rs.backend, rerr)
 		}
 		rs.abort = true

@@ -414,12 +414,16 @@ func (x *h2Req) badAnswer(err error) {
 
 // brokenBody ends a response whose body the target broke off: a request failure, and
 // the stream is reset so that the client never takes the truncated body for whole.
+// A client that reset the stream (or lost its connection) closed the target connection
+// itself: that is the client leaving (499), whatever the read then said.
 func (x *h2Req) brokenBody(uc *upstream.Conn, err error) {
 	uc.Close()
-	x.err = err
-	if x.st.Context().Err() == nil {
-		x.f.s.failed(outcomeRequest, x.entry, x.backend, err)
+	if x.st.Context().Err() != nil {
+		x.status, x.err = 0, errClientGone
+		return
 	}
+	x.err = err
+	x.f.s.failed(outcomeRequest, x.entry, x.backend, err)
 	x.st.Reset(http2.ErrCodeInternal)
 }
 
