@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -10,16 +11,93 @@ import (
 )
 
 // The forwarding core: the decisions every protocol front-end shares, made here once.
-// Front-ends (the fast HTTP/1.1 path in h1serve.go and h1forward.go; net/http's handler
-// for hand-offs, h2, h2c and HTTP/3 in handler.go and forward.go; WebSocket tunnels in
-// websocket.go) translate their wire into these calls and back. Besides this file the
-// core is: pick and passive health (targets.go); the mapping of failures to statuses and
-// failure kinds, their counting and logging, the fixed answers and the HTTPS redirect
-// (errors.go); the forwarding-field policy (headers.go, writeForwarding, with one sink
-// per representation); the accounting rules (accounting.go: record, settle, attribute).
-// Below it, two leaf packages: internal/upstream (the target pools, the replay rule, the
-// 1xx rule, their limits) and internal/h1wire (the HTTP/1.1 parsers, the chunk scanner,
-// the hop-by-hop list).
+// Front-ends (the fast HTTP/1.1 path in h1serve.go and h1forward.go; the own HTTP/2
+// engine's in h2forward.go and h2bytes.go; net/http's handler for hand-offs and HTTP/3
+// in handler.go and forward.go; WebSocket tunnels in xconnect.go) translate their wire
+// into these calls and back. What a request gets is one verdict (decide, below); then:
+// the target walk (targetWalk; pick and passive health in targets.go); the outgoing
+// head and the forwarding-field table (outhead.go, headers.go's writeForwarding); the
+// exchange with a target, its 1xx and replay rules (exchange.go over internal/upstream);
+// the mapping of failures to statuses and failure kinds, their counting and logging,
+// the fixed answers and the HTTPS redirect (errors.go); the accounting rules
+// (accounting.go: record, settle, attribute). Below it, two leaf packages:
+// internal/upstream (the target pools, the replay rule, the 1xx rule, their limits) and
+// internal/h1wire (the HTTP/1.1 parsers, the chunk scanner, the hop-by-hop list).
+
+// verdictKind is what a request gets.
+type verdictKind uint8
+
+const (
+	answerFixed verdictKind = iota // a fixed answer: verdict.o's (fixedAnswers)
+	answerRedirect                 // 308 to HTTPS (appendLocation)
+	answerTunnel                   // a WebSocket tunnel to one of the route's targets
+	answerForward                  // a forward to one of the route's targets
+)
+
+// verdict is the core's decision on one request.
+type verdict struct {
+	kind  verdictKind
+	o     outcome           // answerFixed's outcome
+	entry *routetable.Entry // the route, when the host matched one
+}
+
+// request is what decide needs to know of a request, whatever its wire.
+type request struct {
+	host      string // Host or :authority, as received
+	secure    bool   // it came over TLS (or QUIC)
+	websocket bool   // an HTTP/1.1 Upgrade to websocket, or an extended CONNECT for it
+	connect   bool   // any other CONNECT
+	// The client's connection, for the certificate's coverage and the counting of the
+	// connection under the route it serves: cc, one of our TCP connections, or else the
+	// request that came without one (HTTP/3, or Handler used directly: reqSide).
+	cc *clientConn
+	hr *http.Request
+}
+
+func (r *request) covers(s *Server) bool {
+	if r.cc != nil {
+		return r.cc.covers(r.host)
+	}
+	return reqSide{s, r.hr}.covers(r.host)
+}
+
+func (r *request) attribute(s *Server, h *stats.Host) {
+	if r.cc != nil {
+		r.cc.attribute(h)
+		return
+	}
+	reqSide{s, r.hr}.attribute(h)
+}
+
+// decide is the one decision on a request, in this order: 503 without a table, 421 for
+// a host the connection's certificate does not cover, 404 for a host no route names,
+// 308 to HTTPS on plain HTTP when the route asks for it, 405 for a CONNECT that is no
+// WebSocket, then a tunnel or a forward. The connection is counted under the route it
+// reaches (contract §5), and an unknown host in the totals.
+func (s *Server) decide(r *request) verdict {
+	t := s.tables.Load()
+	if t == nil {
+		return verdict{o: outcomeNoTable}
+	}
+	if r.secure && !r.covers(s) {
+		return verdict{o: outcomeMisdirected}
+	}
+	e := t.Lookup(r.host)
+	if e == nil {
+		s.totals.UnknownHost()
+		return verdict{o: outcomeUnknownHost}
+	}
+	r.attribute(s, e.Stats)
+	switch {
+	case !r.secure && e.TLS != nil && e.TLS.RedirectHTTP:
+		return verdict{kind: answerRedirect, entry: e}
+	case r.websocket:
+		return verdict{kind: answerTunnel, entry: e}
+	case r.connect:
+		return verdict{o: outcomeMethodNotAllowed, entry: e}
+	}
+	return verdict{kind: answerForward, entry: e}
+}
 
 // targetWalk is one request's walk over its route's targets: targets in pick order, the
 // one being tried counted in flight, a connect failure marking it down (then counted and

@@ -37,26 +37,16 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 		abort  bool
 	)
 	c.backend, c.err = nil, nil
-	t := s.tables.Load()
-	switch {
-	case t == nil:
-		status = c.answer(w, outcomeNoTable)
-	case c.secure && !c.cc.covers(unsafe.String(&req.Host[0], len(req.Host))):
-		status = c.answer(w, outcomeMisdirected)
+	host := unsafe.String(unsafe.SliceData(req.Host), len(req.Host))
+	v := s.decide(&request{host: host, secure: c.secure, cc: c.cc}) // upgrades and CONNECT were handed off
+	e = v.entry
+	switch v.kind {
+	case answerFixed:
+		status = c.answer(w, v.o)
+	case answerRedirect:
+		status = c.redirect(w)
 	default:
-		e = t.Lookup(unsafe.String(&req.Host[0], len(req.Host)))
-		switch {
-		case e == nil:
-			s.totals.UnknownHost()
-			status = c.answer(w, outcomeUnknownHost)
-		default:
-			c.cc.attribute(e.Stats)
-			if !c.secure && e.TLS != nil && e.TLS.RedirectHTTP {
-				status = c.redirect(w)
-			} else {
-				status, abort = c.forward(w, e, body)
-			}
-		}
+		status, abort = c.forward(w, e, body)
 	}
 
 	// Accounting: exactly this request's bytes in, and what was written for it.

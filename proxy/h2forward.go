@@ -74,10 +74,9 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	}
 }
 
-// route: 400 for what no request line may carry, 503 without a table, 421 for a host
-// the connection's certificate does not cover, 404 for an unknown host, 308 to https
-// when the route asks, a tunnel for an extended CONNECT websocket, 405 for other
-// CONNECTs, else a forward.
+// route: 400 for what no request line may carry and 417 for an expectation other than
+// 100-continue (this wire's checks), an ACME challenge, then the core's verdict
+// (decide).
 func (x *h2Req) route() {
 	s, f, rq := x.f.s, x.f, x.rq
 	_, query, _ := strings.Cut(rq.Path, "?")
@@ -94,36 +93,20 @@ func (x *h2Req) route() {
 	if x.challenge() {
 		return // ACME HTTP-01, before routing and redirects (h2challenge.go)
 	}
-	t := s.tables.Load()
-	if t == nil {
-		x.answer(outcomeNoTable)
-		return
-	}
-	if f.secure && !f.cc.covers(rq.Authority) {
-		x.answer(outcomeMisdirected)
-		return
-	}
-	e := t.Lookup(rq.Authority)
-	if e == nil {
-		s.totals.UnknownHost()
-		x.answer(outcomeUnknownHost)
-		return
-	}
-	x.entry = e
-	f.cc.attribute(e.Stats)
-	if !f.secure && e.TLS != nil && e.TLS.RedirectHTTP {
+	ws := rq.Method == http.MethodConnect && rq.Protocol == "websocket" // RFC 8441
+	v := s.decide(&request{host: rq.Authority, secure: f.secure, websocket: ws,
+		connect: rq.Method == http.MethodConnect && !ws, cc: f.cc})
+	x.entry = v.entry
+	switch v.kind {
+	case answerFixed:
+		x.answer(v.o)
+	case answerRedirect:
 		x.redirect()
-		return
+	case answerTunnel:
+		x.tunnel() // h2tunnel.go
+	default:
+		x.forwardBytes() // h2bytes.go
 	}
-	if rq.Method == http.MethodConnect {
-		if rq.Protocol == "websocket" {
-			x.tunnel()
-			return
-		}
-		x.answer(outcomeMethodNotAllowed)
-		return
-	}
-	x.forward()
 }
 
 // commonFields appends what every response carries: Date (unless the target sent one)
@@ -193,10 +176,6 @@ func headBytes(fields []hpack.HeaderField) int64 {
 	}
 	return int64(n)
 }
-
-// forward sends the request to one of the route's targets and relays the answer, at the
-// byte level (h2bytes.go).
-func (x *h2Req) forward() { x.forwardBytes() }
 
 // clientStopped records a response the client did not take (it reset the stream, its
 // window stayed shut, or the connection went): 499, not a backend failure.

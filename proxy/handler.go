@@ -83,20 +83,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 var valClose = []string{"close"}
 
-// covers reports whether r's connection may answer for r.Host (certCovers): TCP
-// connections keep the certificate of their handshake; for HTTP/3 the certificate the
-// current table has for the connection's server name stands in for it.
-func (s *Server) covers(r *http.Request, rs *reqState) bool {
-	if rs.cc != nil {
-		return rs.cc.covers(r.Host)
-	}
-	if r.TLS == nil {
-		return true // plain HTTP, or the handler called without a listener (benchmarks)
-	}
-	sni := r.TLS.ServerName
-	return certCovers(s.tables.Load().GetCertificate(sni), sni, r.Host)
-}
-
 // breaksRequestLine reports a byte that cannot stand in an HTTP/1.1 request-target as
 // forwarded: a space, a control byte or DEL.
 func breaksRequestLine(s string) bool {
@@ -140,50 +126,30 @@ func protoOf(r *http.Request) stats.Proto {
 	return stats.ProtoHTTP1
 }
 
-// route answers r: 503 without a table, 404 for an unknown host, 308 to https for a TLS
-// route that asks for it, 405 for CONNECT, else a tunnel or a forward.
+// route answers r by the core's verdict (decide): a fixed answer, the redirect to
+// HTTPS, a tunnel (an HTTP/1.1 Upgrade, or an HTTP/3 extended CONNECT, to websocket) or a
+// forward. ACME HTTP-01 challenges come first, before routing and redirects.
 func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	if s.serveHTTPChallenge(w, r, rs) {
-		return // ACME HTTP-01, before routing and redirects (challenge.go)
+		return // challenge.go
 	}
-	t := s.tables.Load()
-	if t == nil {
-		s.answer(w, rs, outcomeNoTable)
-		return
-	}
-	if rs.secure && !s.covers(r, rs) {
-		s.answer(w, rs, outcomeMisdirected)
-		return
-	}
-	e := t.Lookup(r.Host)
-	if e == nil {
-		s.totals.UnknownHost()
-		s.answer(w, rs, outcomeUnknownHost)
-		return
-	}
-	rs.entry = e
-	if cc := rs.cc; cc != nil {
-		cc.attribute(e.Stats)
-	} else if rs.proto == stats.ProtoHTTP3 {
-		s.attributeHTTP3Request(r, e)
-	}
-	if !rs.secure && e.TLS != nil && e.TLS.RedirectHTTP {
+	h3ws := r.ProtoMajor == 3 && r.Method == http.MethodConnect && r.Proto == "websocket" // RFC 9220
+	rq := request{host: r.Host, secure: rs.secure, websocket: h3ws || isWebSocketUpgrade(r),
+		connect: r.Method == http.MethodConnect && !h3ws, cc: rs.cc, hr: r}
+	v := s.decide(&rq)
+	rs.entry = v.entry
+	switch {
+	case v.kind == answerFixed:
+		s.answer(w, rs, v.o)
+	case v.kind == answerRedirect:
 		s.redirect(w, r, rs)
-		return
+	case v.kind == answerTunnel && h3ws:
+		s.serveWebSocketH3(w, r, rs) // h3tunnel.go
+	case v.kind == answerTunnel:
+		s.serveWebSocket(w, r, rs) // websocket.go
+	default:
+		s.forward(w, r, rs)
 	}
-	if r.Method == http.MethodConnect {
-		if r.ProtoMajor == 3 && r.Proto == "websocket" {
-			s.serveWebSocketH3(w, r, rs) // RFC 9220 (h3tunnel.go)
-			return
-		}
-		s.answer(w, rs, outcomeMethodNotAllowed)
-		return
-	}
-	if isWebSocketUpgrade(r) {
-		s.serveWebSocket(w, r, rs)
-		return
-	}
-	s.forward(w, r, rs)
 }
 
 // answer writes o's fixed response and records it.

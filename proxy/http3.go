@@ -13,7 +13,6 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -259,14 +258,31 @@ func (s *Server) attributeSNI(hc *h3Conn) {
 	})
 }
 
-// attributeHTTP3Request counts r's QUIC connection for e when neither its SNI nor an
+// reqSide is a request that reached the handler without one of our TCP connections (HTTP/3,
+// or Handler used directly) as decide's clientSide.
+type reqSide struct {
+	s *Server
+	r *http.Request
+}
+
+// covers: for HTTP/3 the certificate the current table has for the connection's server
+// name stands in for the handshake's; a request without TLS is covered.
+func (c reqSide) covers(host string) bool {
+	if c.r.TLS == nil {
+		return true
+	}
+	sni := c.r.TLS.ServerName
+	return certCovers(c.s.tables.Load().GetCertificate(sni), sni, host)
+}
+
+// attribute counts the request's QUIC connection for h when neither its SNI nor an
 // earlier request has attributed it. Requests only arrive after the handshake (0-RTT is
 // off), so the SNI attribution is done first if the watcher has not done it yet.
-func (s *Server) attributeHTTP3Request(r *http.Request, e *routetable.Entry) {
-	hc, _ := r.Context().Value(h3ConnKey{}).(*h3Conn)
+func (c reqSide) attribute(h *stats.Host) {
+	hc, _ := c.r.Context().Value(h3ConnKey{}).(*h3Conn)
 	if hc == nil || hc.counted.Load() {
 		return
 	}
-	s.attributeSNI(hc)
-	hc.attribute(e.Stats)
+	c.s.attributeSNI(hc)
+	hc.attribute(h)
 }
