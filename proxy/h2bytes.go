@@ -1,17 +1,13 @@
 package proxy
 
 import (
-	"context"
-	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 	"unsafe"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
@@ -107,16 +103,6 @@ func (x *h2Req) forwardBytes() {
 		}
 		return
 	}
-}
-
-// putUp ends the exchange on uc: the connection goes back to its pool when keep says
-// the answer ended cleanly and the request's body, if any, went out whole (an upload
-// the answer did not wait for is stopped first).
-func (x *h2Req) putUp(uc *upstream.Conn, keep bool) {
-	if x.up != nil && !x.up.end(uc) {
-		keep = false
-	}
-	x.f.s.up.Put(uc, keep, x.f.s.up.now())
 }
 
 // replayable applies upstream.Replayable to the request.
@@ -220,270 +206,13 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// relayBytes writes the target's response (w.res, its head in w.up) to the stream and
-// relays its body, then hands uc back to its pool when the exchange ended cleanly.
+// relayBytes relays the target's answer (w.res, its body from uc) to the stream
+// (relay.go).
 func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
-	res := &w.res
-	frame, keepUp := responseFraming(res, x.rq.Method == http.MethodHead)
-	fields := x.responseFields(res, frame)
-	x.out += headBytes(fields)
-	x.status = res.Status
-
-	buf := w.up[h1Headroom:]
-	got := buf[w.resHead:w.filled] // body bytes that came with the head
-	switch frame {
-	case frameNone:
-		if err := x.st.WriteHead(res.Status, fields, nil, true); err != nil {
-			x.clientStopped(err)
-		}
-		x.putUp(uc, keepUp && len(got) == 0)
-		return
-	case frameLength:
-		if res.ContentLength > int64(len(got)) && res.ContentLength <= int64(len(buf)) {
-			// A body that fits the buffer is read whole before the head goes out, so
-			// that HEADERS and DATA leave together and a broken one becomes a 502.
-			copy(buf, got)
-			n := len(got)
-			stop := context.AfterFunc(x.st.Context(), uc.Abort()) // a client that leaves stops the wait
-			_ = uc.SetReadDeadline(time.Time{})
-			for int64(n) < res.ContentLength {
-				k, err := uc.Read(buf[n:])
-				n += k
-				if err != nil && int64(n) < res.ContentLength {
-					stop()
-					uc.Close()
-					x.badAnswer(err)
-					return
-				}
-			}
-			stop()
-			got = buf[:n]
-		}
-		k := min(int64(len(got)), res.ContentLength)
-		keepUp = keepUp && int64(len(got)) <= res.ContentLength
-		if k == res.ContentLength {
-			x.out += k
-			if err := x.st.WriteHead(res.Status, fields, got[:k], true); err != nil {
-				x.clientStopped(err)
-			}
-			x.putUp(uc, keepUp)
-			return
-		}
-		if err := x.st.WriteHead(res.Status, fields, got, false); err != nil {
-			uc.Close()
-			x.clientStopped(err)
-			return
-		}
-		x.out += int64(len(got))
-		x.relayRest(w, uc, frame, res.ContentLength-int64(len(got)), nil)
-	case frameChunked:
-		var sc h1wire.ChunkScanner
-		n, d, fin, err := sc.Decode(got)
-		if err != nil {
-			uc.Close()
-			x.badAnswer(err)
-			return
-		}
-		if fin && len(sc.Trailer) == 0 {
-			x.out += int64(d)
-			if err := x.st.WriteHead(res.Status, fields, got[:d], true); err != nil {
-				x.clientStopped(err)
-			}
-			x.putUp(uc, keepUp && n == len(got))
-			return
-		}
-		if err := x.st.WriteHead(res.Status, fields, got[:d], false); err != nil {
-			uc.Close()
-			x.clientStopped(err)
-			return
-		}
-		x.out += int64(d)
-		if fin {
-			x.endChunked(&sc, uc, keepUp && n == len(got))
-			return
-		}
-		x.relayRest(w, uc, frame, 0, &sc)
-	default: // frameClose
-		if err := x.st.WriteHead(res.Status, fields, got, false); err != nil {
-			uc.Close()
-			x.clientStopped(err)
-			return
-		}
-		x.out += int64(len(got))
-		x.relayRest(w, uc, frame, 0, nil)
-	}
-}
-
-// relayRest relays the body after the first bytes, as it comes (event streams flow): a
-// length's remaining bytes, chunks (sc) or everything until the target closes. A stream
-// that the client resets closes the target connection at once.
-func (x *h2Req) relayRest(w *h2Work, uc *upstream.Conn, frame int, remaining int64, sc *h1wire.ChunkScanner) {
-	stop := context.AfterFunc(x.st.Context(), uc.Abort())
-	defer stop()
-	_ = uc.SetReadDeadline(time.Time{})
-	buf := w.up[h1Headroom:]
-	keepUp := true
-	for {
-		nr, rerr := uc.Read(buf)
-		if nr > 0 {
-			chunk, done := buf[:nr], false
-			switch frame {
-			case frameLength:
-				var clean bool
-				chunk, remaining, clean = takeLength(chunk, remaining)
-				keepUp = keepUp && clean
-				done = remaining == 0
-			case frameChunked:
-				n, d, fin, err := sc.Decode(chunk)
-				if err != nil {
-					x.brokenBody(uc, err)
-					return
-				}
-				keepUp = keepUp && (!fin || n == nr)
-				chunk, done = chunk[:d], fin
-			}
-			if len(chunk) > 0 {
-				if _, err := x.st.Write(chunk); err != nil {
-					uc.Close()
-					x.clientStopped(err)
-					return
-				}
-				x.out += int64(len(chunk))
-			}
-			if done {
-				if frame == frameChunked {
-					x.endChunked(sc, uc, keepUp)
-					return
-				}
-				if err := x.st.Close(nil); err != nil {
-					x.clientStopped(err)
-				}
-				x.putUp(uc, keepUp)
-				return
-			}
-		}
-		if rerr != nil {
-			if frame == frameClose && rerr == io.EOF {
-				uc.Close()
-				if err := x.st.Close(nil); err != nil {
-					x.clientStopped(err)
-				}
-				return
-			}
-			x.brokenBody(uc, rerr)
-			return
-		}
-	}
-}
-
-// endChunked ends a chunked body: its trailers (fields that may be trailers) then
-// END_STREAM.
-func (x *h2Req) endChunked(sc *h1wire.ChunkScanner, uc *upstream.Conn, keepUp bool) {
-	var tr []hpack.HeaderField
-	if len(sc.Trailer) > 0 {
-		arena := make([]byte, 0, len(sc.Trailer))
-		h1wire.EachTrailer(sc.Trailer, func(name, value []byte) {
-			if h1wire.IsHopByHop(name) || h1wire.RequestFieldKind(name) != h1wire.KindOther {
-				return // connection-specific or framing: not a field HTTP/2 may carry
-			}
-			at := len(arena)
-			arena = appendLower(arena, name)
-			n := unsafe.String(&arena[at], len(name))
-			at = len(arena)
-			arena = append(arena, value...)
-			tr = append(tr, hpack.HeaderField{Name: n, Value: unsafe.String(unsafe.SliceData(arena[at:]), len(value))})
-			x.out += int64(len(name) + len(value))
-		})
-	}
-	if err := x.st.Close(tr); err != nil {
-		x.clientStopped(err)
-	}
-	x.putUp(uc, keepUp)
-}
-
-// badAnswer answers 502 for a response that broke before anything of it reached the
-// client.
-func (x *h2Req) badAnswer(err error) {
-	x.out = 0
-	x.err = err
-	if x.st.Context().Err() == nil {
-		x.f.s.failed(outcomeRequest, x.entry, x.backend, err)
-	}
-	x.answer(outcomeRequest)
-}
-
-// brokenBody ends a response whose body the target broke off: a request failure, and
-// the stream is reset so that the client never takes the truncated body for whole.
-// A client that reset the stream (or lost its connection) closed the target connection
-// itself: that is the client leaving (499), whatever the read then said.
-func (x *h2Req) brokenBody(uc *upstream.Conn, err error) {
-	uc.Close()
-	if x.st.Context().Err() != nil {
-		x.status, x.err = 0, errClientGone
-		return
-	}
-	x.err = err
-	x.f.s.failed(outcomeRequest, x.entry, x.backend, err)
-	x.st.Reset(http2.ErrCodeInternal)
-}
-
-// responseFields is the response head for the client: the target's fields without
-// hop-by-hop and framing ones, names in lower case, copied into one allocation (the
-// engine's writer encodes them after the work area is reused, and its HPACK table may
-// keep them); content-length from the target's framing; trailer when the chunked body
-// may carry trailers; Date and Alt-Svc.
-func (x *h2Req) responseFields(res *h1wire.Response, frame int) []hpack.HeaderField {
-	head := res.Head
-	n, size := 2, 40
-	for i := range res.Fields {
-		f := &res.Fields[i]
-		n++
-		size += int(f.VE - f.NS)
-	}
-	// The field list is the stream's, reused for its connection's later streams. The
-	// arena is not: the connection's HPACK encoder may keep the strings that point into
-	// it for as long as the connection lives. It is sized not to grow.
-	fields := x.st.HeadFields(n + 2)
-	arena := make([]byte, 0, size)
-	str := func(at int) string { return unsafe.String(&arena[at], len(arena)-at) }
-	for i := range res.Fields {
-		f := &res.Fields[i]
-		switch f.Kind {
-		case h1wire.KindConnection, h1wire.KindKeepAlive, h1wire.KindTransferEncoding, h1wire.KindContentLength:
-			continue
-		case h1wire.KindDrop:
-			if frame != frameChunked || !eqFoldBytes(f.Name(head), "trailer") {
-				continue
-			}
-			// A chunked body's announced trailers are relayed: the announcement too.
-		case h1wire.KindAltSvc:
-			if x.f.altSvc {
-				continue // we are the origin the client talks to
-			}
-		}
-		value := f.Value(head)
-		if len(value) == 0 && f.Kind == h1wire.KindDrop {
-			continue
-		}
-		at := len(arena)
-		arena = appendLower(arena, f.Name(head))
-		name := str(at)
-		var v string
-		if len(value) > 0 {
-			at = len(arena)
-			arena = append(arena, value...)
-			v = str(at)
-		}
-		fields = append(fields, hpack.HeaderField{Name: name, Value: v})
-	}
-	// A 304's stated length describes a representation it does not carry; sent over
-	// HTTP/2, Go's client waits for that many DATA bytes.
-	if res.ContentLength >= 0 && (frame == frameLength || frame == frameNone && res.Status != 304 && res.Status != 204) {
-		at := len(arena)
-		arena = strconv.AppendInt(arena, res.ContentLength, 10)
-		fields = append(fields, hpack.HeaderField{Name: "content-length", Value: str(at)})
-	}
-	return x.commonFields(fields, res.HasDate)
+	r := relay{s: x.f.s, sink: (*h2Sink)(x.st), rec: x.exchangeRecord, up: x.up, w: &w.upWork, uc: uc,
+		head: x.rq.Method == http.MethodHead, altSvc: x.f.altSvc}
+	r.run()
+	x.exchangeRecord = r.rec
 }
 
 func appendLower(b, s []byte) []byte {

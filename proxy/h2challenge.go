@@ -47,7 +47,7 @@ func (x *h2Req) challenge() bool {
 		}
 	}
 	fields = append(fields, hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(w.body.Len())})
-	fields = x.commonFields(fields, false)
+	fields = x.f.s.commonFields(fields, false, x.f.altSvc)
 	x.status = w.code
 	x.out += headBytes(fields) + int64(w.body.Len())
 	_ = x.st.WriteHead(w.code, fields, w.body.Bytes(), true)

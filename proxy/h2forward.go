@@ -1,17 +1,17 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
-	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -33,15 +33,11 @@ type h2Front struct {
 
 // h2Req is one stream's bookkeeping; it lives on the stream goroutine's stack.
 type h2Req struct {
-	f       *h2Front
-	st      *h2.Stream
-	rq      *h2.Request
-	entry   *routetable.Entry
-	backend *routetable.Backend
-	status  int
-	in, out int64 // decoded header fields plus body bytes (accounting.go's HTTP/2 rule)
-	err     error
-	start   time.Time
+	f  *h2Front
+	st *h2.Stream
+	rq *h2.Request
+	exchangeRecord
+	start time.Time
 	// upgraded: a tunnel did the request's accounting itself.
 	upgraded bool
 	up       *uploader // the request body's, sent to the target as it comes (h2upload.go)
@@ -109,18 +105,6 @@ func (x *h2Req) route() {
 	}
 }
 
-// commonFields appends what every response carries: Date (unless the target sent one)
-// and Alt-Svc when HTTP/3 is announced.
-func (x *h2Req) commonFields(fields []hpack.HeaderField, hasDate bool) []hpack.HeaderField {
-	if !hasDate {
-		fields = append(fields, hpack.HeaderField{Name: "date", Value: dateString(time.Now())})
-	}
-	if x.f.altSvc {
-		fields = append(fields, hpack.HeaderField{Name: "alt-svc", Value: x.f.s.h3.altSvc[0]})
-	}
-	return fields
-}
-
 // dateString is the Date value for now, made once per second.
 func dateString(now time.Time) string {
 	sec := now.Unix()
@@ -139,21 +123,9 @@ type dateStr struct {
 
 var dateStrings atomic.Pointer[dateStr]
 
-// answer writes o's fixed response (fixedAnswers, errors.go).
+// answer writes o's fixed response (writeFixed).
 func (x *h2Req) answer(o outcome) {
-	fa := fixedAnswers[o]
-	fields := make([]hpack.HeaderField, 0, len(fa.fields)+2)
-	for _, f := range fa.fields {
-		fields = append(fields, hpack.HeaderField{Name: f.lower, Value: f.val[0]})
-	}
-	fields = x.commonFields(fields, false)
-	body := fa.body
-	if x.rq.Method == http.MethodHead {
-		body = nil
-	}
-	x.status = fa.code
-	x.out += headBytes(fields) + int64(len(body))
-	_ = x.st.WriteHead(fa.code, fields, body, true)
+	x.f.s.writeFixed((*h2Sink)(x.st), &x.exchangeRecord, o, x.rq.Method == http.MethodHead, x.f.altSvc)
 }
 
 // redirect answers 308 to HTTPS (appendLocation, errors.go).
@@ -162,7 +134,7 @@ func (x *h2Req) redirect() {
 		{Name: "location", Value: string(appendLocation(nil, x.rq.Authority, x.f.s.httpsPort, x.rq.Path))},
 		{Name: "content-length", Value: "0"},
 	}
-	fields = x.commonFields(fields, false)
+	fields = x.f.s.commonFields(fields, false, x.f.altSvc)
 	x.status = http.StatusPermanentRedirect
 	x.out += headBytes(fields)
 	_ = x.st.WriteHead(http.StatusPermanentRedirect, fields, nil, true)
@@ -177,12 +149,29 @@ func headBytes(fields []hpack.HeaderField) int64 {
 	return int64(n)
 }
 
-// clientStopped records a response the client did not take (it reset the stream, its
-// window stayed shut, or the connection went): 499, not a backend failure.
+// h2Sink is a stream as the relay's answerSink (relay.go).
+type h2Sink h2.Stream
+
+func (k *h2Sink) st() *h2.Stream { return (*h2.Stream)(k) }
+func (k *h2Sink) head(status int, fields []hpack.HeaderField, body []byte, end bool) error {
+	return k.st().WriteHead(status, fields, body, end)
+}
+
+func (k *h2Sink) data(b []byte) error {
+	_, err := k.st().Write(b)
+	return err
+}
+
+func (k *h2Sink) end(trailers []hpack.HeaderField) error { return k.st().Close(trailers) }
+func (k *h2Sink) cut()                                   { k.st().Reset(http2.ErrCodeInternal) }
+func (k *h2Sink) fields(n int) []hpack.HeaderField       { return k.st().HeadFields(n) }
+func (k *h2Sink) context() context.Context               { return k.st().Context() }
+
+// clientStopped records a response the client did not take (a tunnel's 200 it did not
+// get): 499, not a backend failure.
 func (x *h2Req) clientStopped(err error) {
 	x.status = outcomeClientStalled.status()
 	x.err = err
-	x.f.s.log.Debug("HTTP/2 response cut", zap.String("host", x.rq.Authority), zap.Error(err))
 }
 
 // lowerFieldName returns k (canonical) in lower case, without allocating for the

@@ -63,7 +63,7 @@ func (x *h2Req) tunnel() {
 			fields = append(fields, hpack.HeaderField{Name: lowerFieldName(k), Value: v})
 		}
 	}
-	fields = x.commonFields(fields, len(hd["Date"]) > 0)
+	fields = s.commonFields(fields, len(hd["Date"]) > 0, f.altSvc)
 	x.status = http.StatusOK
 	x.out += headBytes(fields)
 	bc, br := u.tunnelConn()
