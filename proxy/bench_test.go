@@ -9,36 +9,22 @@ import (
 	"time"
 )
 
-// stubRT answers every request with the same response, allocating nothing.
-type stubRT struct {
-	res  http.Response
-	body nopBody
+type discardRW struct {
+	h    http.Header
+	code int
 }
-
-type nopBody struct{ strings.Reader }
-
-func (*nopBody) Close() error { return nil }
-
-func (s *stubRT) RoundTrip(*http.Request) (*http.Response, error) {
-	s.body.Reset("hello")
-	s.res.Body = &s.body
-	return &s.res, nil
-}
-
-type discardRW struct{ h http.Header }
 
 func (d *discardRW) Header() http.Header         { return d.h }
 func (d *discardRW) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discardRW) WriteHeader(int)             {}
+func (d *discardRW) WriteHeader(code int)        { d.code = code }
 
-// TestHandlerHotPathAllocs measures the proxy's own allocations per forwarded request
-// (routing, target pick, header rewrite, relay and accounting), with the network
-// stand-ins allocating nothing.
+// TestHandlerHotPathAllocs measures the allocations per request forwarded by net/http's
+// front-end's handler (routing, target pick, the outgoing head, the exchange, the relay
+// and accounting), proxy and target together (the target, rawTarget, allocates nothing;
+// the response writer is a stand-in that allocates nothing either).
 func TestHandlerHotPathAllocs(t *testing.T) {
 	e := newEnv(t)
-	e.apply([]routeSpec{{host: "app.example.test", backends: []string{"127.0.0.1:1001", "127.0.0.1:1002"}}})
-	rt := &stubRT{res: http.Response{StatusCode: 200, ContentLength: 5, Header: http.Header{"Content-Length": {"5"}, "Content-Type": {"text/plain"}}}}
-	e.srv.rt = rt
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{rawTarget(t)}}})
 	r, _ := http.NewRequest("GET", "http://app.example.test/path?q=1", nil)
 	r.RemoteAddr = "192.0.2.7:4711"
 	r.RequestURI = "/path?q=1"
@@ -46,13 +32,21 @@ func TestHandlerHotPathAllocs(t *testing.T) {
 	r.Header.Set("Accept", "*/*")
 	w := &discardRW{h: http.Header{}}
 	h := e.srv.handler
-	h.ServeHTTP(w, r) // warm: header maps reach their size
-	allocs := testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) })
-	t.Logf("%.1f allocs per request in the proxy's own code", allocs)
-	// One outbound struct (request, URL, body tracker, header backing arrays) and the
-	// Forwarded value.
-	if allocs > 2 {
-		t.Errorf("%.1f allocs per request, want at most 2", allocs)
+	for range 50 {
+		h.ServeHTTP(w, r) // warm: pools, header maps reach their size
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	})
+	t.Logf("%.1f allocs per request", allocs)
+	// The response head's strings (relay.fields' arena) and what the header map takes.
+	limit := 2.0
+	if raceEnabled {
+		limit += 3 // sync.Pool drops a share of what is put back under the race detector
+	}
+	if allocs > limit {
+		t.Errorf("%.1f allocs per request, want at most %.0f", allocs, limit)
 	}
 	if st := e.stat("app.example.test"); st.Requests < 1000 {
 		t.Errorf("requests not counted: %d", st.Requests)
@@ -65,15 +59,9 @@ func TestHandlerHotPathAllocs(t *testing.T) {
 func BenchmarkProxyHTTP1(b *testing.B) { benchProxyHTTP1With(b, func(*Server) {}) }
 
 // BenchmarkProxyHTTP1NetHTTP is BenchmarkProxyHTTP1 with the fast path off: net/http's
-// server and the handler, with the lean upstream (the path before the fast one).
+// server and the handler (the path before the fast one).
 func BenchmarkProxyHTTP1NetHTTP(b *testing.B) {
 	benchProxyHTTP1With(b, func(s *Server) { s.h1Off = true })
-}
-
-// BenchmarkProxyHTTP1Transport is the net/http path with http.Transport as the round
-// tripper (the path before the lean upstream).
-func BenchmarkProxyHTTP1Transport(b *testing.B) {
-	benchProxyHTTP1With(b, func(s *Server) { s.h1Off, s.rt = true, s.transport })
 }
 
 // benchProxyHTTP1With runs BenchmarkProxyHTTP1 after set has adjusted the server.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
@@ -18,6 +19,34 @@ import (
 // outgoing request into upWork.wb, Server.exchange sends it over a pooled or new
 // connection and reads the response head into upWork.up, parsed by h1wire. No
 // http.Request or http.Response is made.
+
+// copyBufSize is the size of the pooled buffers that bodies and tunnels are copied with.
+const copyBufSize = 32 << 10
+
+var bufPool = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
+
+// targetPools are the targets' connection pools (internal/upstream) with the clock
+// their idle ages are read from (tests move it to expire idle connections without
+// waiting).
+type targetPools struct {
+	*upstream.Pools
+	now func() time.Time
+}
+
+// newTargetPools makes the pools every exchange draws from: connections dialled within
+// DialTimeout, their errors marked as dialError (a connect failure, which may go to
+// another target whatever the request), limits from DefaultLimits.
+func newTargetPools(cfg Config) *targetPools {
+	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, &dialError{err: err}
+		}
+		return c, nil
+	}
+	return &targetPools{Pools: upstream.New(upstream.DefaultLimits(cfg.ResponseHeaderTimeout), dial), now: time.Now}
+}
 
 // upWork is one exchange's work area, pooled inside the front-end's own.
 type upWork struct {
@@ -151,7 +180,13 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 			var ne net.Error
 			timeout := errors.As(rerr, &ne) && ne.Timeout()
 			if timeout {
-				if now := time.Now(); now.Before(deadline) {
+				now := time.Now()
+				if up.running() {
+					// The header timeout counts from the end of the request: a body still
+					// going out (a large upload) moves it on.
+					deadline = now.Add(ps.HeaderTimeout)
+				}
+				if now.Before(deadline) {
 					if cw.clientGone() {
 						uc.Close()
 						return errClientGone

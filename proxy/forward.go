@@ -1,30 +1,21 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-)
+	"unsafe"
 
-// outbound is everything one forwarded request needs beyond the inbound request, in one
-// allocation: the outgoing request, its URL, the body tracker and the backing arrays of
-// the forwarding headers. The inbound header map itself is cleaned and reused (net/http
-// lets handlers mutate it).
-type outbound struct {
-	req  http.Request
-	url  url.URL
-	body trackedBody
-	xff  [1]string
-	xfh  [1]string
-	fwd  [1]string
-}
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
+	"golang.org/x/net/http2/hpack"
+)
 
 // trackedBody passes the client's request body to the transport. Its Close does nothing,
 // so that a request whose dial failed can be sent again (the transport closes bodies even
@@ -87,235 +78,322 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 
 func (b *trackedBody) Close() error { return nil }
 
-// newOutbound prepares the request to the target from r: r's header map is stripped of
-// hop-by-hop fields and given the forwarding fields.
-func (s *Server) newOutbound(r *http.Request, rs *reqState, websocket bool) *outbound {
-	o := new(outbound)
-	o.req = *r
-	o.url = *r.URL
-	o.url.Scheme = "http"
-	o.url.User = nil
-	o.req.URL = &o.url
-	o.req.RequestURI = ""
-	o.req.Close = false
-	o.req.TLS = nil
-	o.req.Proto, o.req.ProtoMajor, o.req.ProtoMinor = "HTTP/1.1", 1, 1
-	o.req.TransferEncoding = nil
-	o.req.GetBody = nil
-	o.req.Form, o.req.PostForm, o.req.MultipartForm = nil, nil, nil
-	o.req.Response = nil
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 && !websocket {
-		o.body.rc = r.Body
-		o.body.limit = r.ContentLength
-		if o.body.limit < 0 {
-			o.body.limit = math.MaxInt64 // chunked or HTTP/2 without a length: to EOF
-		}
-		o.req.Body = &o.body
-	} else {
-		o.req.Body = nil
-		o.req.ContentLength = 0
-	}
-
-	h := r.Header
-	te := removeHopByHop(h)
-	if te {
-		h["Te"] = valTrailers
-	}
-	if websocket {
-		h["Connection"] = valUpgrade
-		h["Upgrade"] = valWebSocket
-	}
-	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = valEmpty // keeps net/http from adding its own
-	}
-	ip := clientIP(r.RemoteAddr)
-	setForwarded(h, forwardedFor{clientIP: ip, host: r.Host, https: rs.secure, trusted: s.isTrusted(ip)}, o)
-	o.req.Header = h
-	return o
-}
+// The forward of net/http's front-ends (HTTP/1.1 hand-offs, HTTP/3, and net/http's HTTP/2
+// server where tests use it as the oracle): the request goes to a target by the same
+// exchange as the own front-ends' (appendHead, Server.exchange, the uploader for its
+// body) and the answer comes back through the same relay (relay.go) into httpSink, the
+// response writer as an answerSink.
 
 // forward sends r to one of the route's targets and relays the answer. A connect failure
 // marks the target down and tries another target not yet tried, as long as no body byte
-// was consumed; nothing else is retried.
+// was taken from the client; nothing else is retried.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
-	e := rs.entry
-	o := s.newOutbound(r, rs, false)
-	var body *trackedBody
-	if o.req.Body != nil {
-		body = &o.body
-		if dl := deadlinesOf(w); dl != nil {
-			body.progress.init(dl, r.ProtoMajor == 2, s.cfg.ClientBodyTimeout)
-			// The transport may read the body until the exchange is over, and not
-			// after the handler has returned.
-			defer body.progress.finish()
-		}
+	fw := h2Works.Get().(*h2Work)
+	defer func() {
+		fw.reset()
+		h2Works.Put(fw)
+	}()
+	target, err := httpTarget(fw.target[:0], r)
+	if err != nil {
+		rs.err = err
+		s.answer(w, rs, outcomeBadRequest)
+		return
 	}
-	walk := newWalk(s, e)
-	var res *http.Response
+	fw.target = target
+	te := removeHopByHop(r.Header)
+	fw.hf = appendHeaderFields(fw.hf[:0], r.Header)
+	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+	if hasBody && len(r.Trailer) > 0 {
+		fw.hf = append(fw.hf, hpack.HeaderField{Name: "Trailer", Value: trailerNames(r.Trailer)})
+	}
+	fw.lf.fields = fw.hf
+	fw.lf.classify(fw.kinds[:])
+	ip := clientIP(r.RemoteAddr)
+	h := outHead{
+		method: r.Method, target: unsafe.String(unsafe.SliceData(target), len(target)), host: r.Host,
+		body: hasBody, length: r.ContentLength, trailers: hasBody,
+		zeroLength: !hasBody && (r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch),
+		te:         te,
+		fwd:        forwardedFor{clientIP: ip, host: r.Host, https: rs.secure, trusted: s.isTrusted(ip)},
+	}
+	b, plan := appendHead(fw.wb[:0], &fw.lf, &h, &fw.fwd)
+	fw.wb = b
+	fw.lf = listFields{}
+
+	var up *uploader
+	dl := deadlinesOf(w)
+	if hasBody {
+		tb := &fw.tb
+		*tb = trackedBody{rc: r.Body, limit: r.ContentLength}
+		if tb.limit < 0 {
+			tb.limit = math.MaxInt64 // chunked, or HTTP/2 and HTTP/3 without a length: to EOF
+		}
+		if dl != nil {
+			tb.progress.init(dl, r.ProtoMajor == 2, s.cfg.ClientBodyTimeout)
+		}
+		fw.hb = httpBody{tb: tb, r: r, dl: dl}
+		up = &fw.body
+		*up = uploader{src: &fw.hb, chunked: plan.chunked, expect: plan.expect}
+		// The upload may read the body until the exchange is over, and not after the
+		// handler has returned.
+		defer tb.progress.finish()
+	}
+	start := rs.start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	keyed := len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
+	replay := upstream.Replayable(r.Method, hasBody, keyed)
+	walk := newWalk(s, rs.entry)
 	for {
-		b := walk.next()
-		if b == nil {
+		tgt := walk.next()
+		if tgt == nil {
 			s.answer(w, rs, walk.last)
 			return
 		}
-		o.url.Host = b.Addr
-		rs.backend = b
-		var err error
-		res, err = s.rt.RoundTrip(&o.req)
+		rs.backend = tgt
+		uc, err := s.exchange(&fw.upWork, tgt.Addr, start, reqWatch{r}, replay, up, false)
 		if err == nil {
 			walk.took()
-			break
+			rs.err = nil
+			s.relayHTTP(w, r, rs, fw, uc, up)
+			up.end(uc) // an upload the answer did not wait for ends with it
+			walk.done()
+			if hasBody && !rs.h1 {
+				rs.in += fw.tb.n.Load()
+			}
+			return
 		}
 		rs.err = err
-		oc := classify(err, r, body)
-		if walk.missed(oc, err, body == nil || !body.started.Load()) {
+		o, client := up.outcome()
+		if !client {
+			o = classifyUpstream(err)
+			if r.Context().Err() != nil {
+				o = outcomeClientGone
+			}
+		}
+		if walk.missed(o, err, up == nil || !up.took.Load()) {
 			continue
 		}
-		if oc == outcomeClientGone {
+		if o == outcomeClientGone {
 			// Nothing to say, and never net/http's default 200 for a handler that wrote
 			// nothing: should the client still listen, its connection or stream ends.
 			rs.abort = true
 		} else {
-			s.answer(w, rs, oc)
+			s.answer(w, rs, o)
 		}
 		return
 	}
-	rs.err = nil
-	s.relayBody(w, r, res, rs, body)
-	walk.done()
-	if body != nil && !rs.h1 {
-		rs.in += body.n.Load()
+}
+
+// relayHTTP relays the target's answer (fw.res, its body from uc) to w (relay.go,
+// httpSink).
+func (s *Server) relayHTTP(w http.ResponseWriter, r *http.Request, rs *reqState, fw *h2Work, uc *upstream.Conn, up *uploader) {
+	k := &fw.sink
+	*k = httpSink{w: w, r: r, list: k.list[:0]}
+	if dl := deadlinesOf(w); dl != nil {
+		k.sp.init(dl, r.ProtoMajor == 2, s.cfg.ClientSendTimeout)
+	}
+	rl := relay{s: s, sink: k, rec: rs.exchangeRecord, up: up, w: &fw.upWork, uc: uc,
+		head: r.Method == http.MethodHead, altSvc: rs.altSvc}
+	rl.run()
+	rs.exchangeRecord = rl.rec
+	rs.abort = rs.abort || k.cutOff
+	k.sp.finish(k.wrote && !rs.abort && rs.status != 0)
+	if rs.status == 0 {
+		rs.abort = true // the client left or stalled: nothing more to say to it
+	}
+	list := k.list
+	clear(list[:cap(list)])
+	*k = httpSink{list: list[:0]}
+}
+
+// httpTarget appends the request-target r goes to its target with: the path re-escaped
+// where needed and the query as it came (appendTarget), the origin form of an absolute
+// one.
+func httpTarget(b []byte, r *http.Request) ([]byte, error) {
+	uri := r.RequestURI
+	if uri == "" || uri[0] != '/' && uri != "*" {
+		uri = r.URL.RequestURI()
+	}
+	return appendTarget(b, uri)
+}
+
+// appendHeaderFields flattens a net/http header (hop-by-hop fields and those its
+// Connection names already removed) into decoded fields for appendHead.
+func appendHeaderFields(fields []hpack.HeaderField, h http.Header) []hpack.HeaderField {
+	for k, vv := range h {
+		for _, v := range vv {
+			fields = append(fields, hpack.HeaderField{Name: k, Value: v})
+		}
+	}
+	return fields
+}
+
+// trailerNames is the Trailer field for the trailers a request announced.
+func trailerNames(tr http.Header) string {
+	keys := make([]string, 0, len(tr))
+	for k := range tr {
+		keys = append(keys, k)
+	}
+	return strings.Join(keys, ", ")
+}
+
+// httpBody is net/http's request body as a bodySource, read through its trackedBody
+// (ClientBodyTimeout, what was taken).
+type httpBody struct {
+	tb *trackedBody
+	r  *http.Request
+	dl deadlineSetter // nil when the writer has none
+}
+
+func (b *httpBody) Read(p []byte) (int, error) { return b.tb.Read(p) }
+
+// stop fails the read in progress: its deadline is set in the past once the progress
+// deadlines are done with.
+func (b *httpBody) stop() {
+	b.tb.progress.finish()
+	if b.dl != nil {
+		_ = b.dl.SetReadDeadline(longAgo)
 	}
 }
 
-// relay copies the target's response to the client: header, body (flushed as it comes
-// for event streams and bodies of unknown length) and trailers. A body the target breaks
-// off is counted as a request failure and the client's response aborted, so that the
-// client never takes a truncated body for a complete one. Each write to the client must
-// complete within ClientSendTimeout; a write that fails, for that or because the client
-// left, aborts the response too (closing the target's connection with the body) and is
-// recorded as a client disconnect (499).
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, res *http.Response, rs *reqState) {
-	s.relayBody(w, r, res, rs, nil)
+func (b *httpBody) trailers() []hpack.HeaderField {
+	var tr []hpack.HeaderField
+	for k, vv := range b.r.Trailer {
+		for _, v := range vv {
+			tr = append(tr, hpack.HeaderField{Name: k, Value: v})
+		}
+	}
+	return tr
 }
 
-// relayBody is relay for a request whose body, if any, is body: a target failure caused
-// by the client's body (it stalled or broke) is not counted as a backend failure.
-func (s *Server) relayBody(w http.ResponseWriter, r *http.Request, res *http.Response, rs *reqState, body *trackedBody) {
-	defer res.Body.Close()
-	removeHopByHop(res.Header)
-	dst := w.Header()
-	for k, vv := range res.Header {
-		dst[k] = vv
+func (b *httpBody) failure(err error) outcome {
+	switch {
+	case b.tb.timedOut.Load():
+		return outcomeBodyTimeout
+	case b.r.Context().Err() != nil || errors.Is(err, context.Canceled):
+		return outcomeClientGone
 	}
-	if rs.altSvc {
-		dst["Alt-Svc"] = s.h3.altSvc // we are the origin the client talks to, not the target
+	return outcomeClientBody
+}
+
+// httpSink is net/http's response writer as the relay's answerSink. Each write must
+// complete within ClientSendTimeout (sendProgress); an answer of unknown length or an
+// event stream is flushed at every write, so that it flows.
+type httpSink struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	cutOff bool // cut: the response is aborted after its accounting
+	sp     sendProgress
+	list   []hpack.HeaderField // fields' list, reused
+	fl     http.Flusher
+	flush  bool
+	wrote  bool
+}
+
+func (k *httpSink) fields(n int) []hpack.HeaderField {
+	if cap(k.list) < n {
+		k.list = make([]hpack.HeaderField, 0, n)
 	}
+	return k.list[:0]
+}
+
+func (k *httpSink) context() context.Context { return k.r.Context() }
+
+func (k *httpSink) head(status int, fields []hpack.HeaderField, body []byte, end bool) error {
+	dst := k.w.Header()
+	delete(dst, "Alt-Svc") // set by ServeHTTP; the relay's fields carry it
+	hasLength := false
+	// The values' one backing array is the answer's own: a writer may serialise the
+	// header only when the handler returns, after the work area went back to its pool.
+	vals := make([]string, 0, len(fields))
+	for _, f := range fields {
+		key := canonicalName(f.Name)
+		switch key {
+		case "Content-Length":
+			hasLength = true
+		case "Content-Type":
+			k.flush = isEventStreamValue(f.Value)
+		}
+		if prior := dst[key]; len(prior) > 0 {
+			dst[key] = append(prior, f.Value) // a repeated field (Set-Cookie): its own array
+			continue
+		}
+		vals = append(vals, f.Value)
+		dst[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	k.fl, _ = k.w.(http.Flusher)
 	if _, ok := dst["Content-Type"]; !ok {
 		// Present without a value: net/http then guesses no type for a body the target
 		// sent untyped (a proxy relays, it does not sniff), and writes no field.
 		dst["Content-Type"] = nil
 	}
-	announced := len(res.Trailer)
-	if announced > 0 {
-		keys := make([]string, 0, announced)
-		for k := range res.Trailer {
-			keys = append(keys, k)
+	k.flush = k.flush || !hasLength
+	k.w.WriteHeader(status)
+	if len(body) == 0 {
+		if !end && k.flush {
+			return k.doFlush()
 		}
-		dst["Trailer"] = []string{strings.Join(keys, ", ")}
+		return nil
 	}
-	if !rs.h1 {
-		rs.out += responseFieldBytes(dst)
-	}
-	w.WriteHeader(res.StatusCode)
-	rs.status = res.StatusCode
-
-	flush := res.ContentLength < 0 || isEventStream(res.Header)
-	var sp sendProgress
-	if dl := deadlinesOf(w); dl != nil {
-		sp.init(dl, r.ProtoMajor == 2, s.cfg.ClientSendTimeout)
-	}
-	n, rerr, werr := copyBody(w, res.Body, flush, &sp)
-	if !rs.h1 {
-		rs.out += n
-	}
-	switch {
-	case werr != nil:
-		// The client left or stopped taking the response (ClientSendTimeout): nothing
-		// more to say to it. (net/http has closed an HTTP/1.1 connection already.)
-		rs.abort = true
-		rs.status = outcomeClientStalled.status()
-		rs.err = werr
-		return
-	case rerr != nil && r.Context().Err() != nil:
-		// The client left (its context ended the target's read): 499, no failure.
-		rs.abort = true
-		rs.status, rs.err = 0, errClientGone
-		return
-	case rerr != nil:
-		rs.err = rerr
-		if body == nil || !body.failed.Load() {
-			s.failed(outcomeRequest, rs.entry, rs.backend, rerr)
-		}
-		rs.abort = true
-		return
-	}
-	if len(res.Trailer) > 0 {
-		if announced == 0 {
-			if f, ok := w.(http.Flusher); ok {
-				f.Flush() // trailers need a chunked (or HTTP/2) response
-			}
-		}
-		for k, vv := range res.Trailer {
-			if announced == 0 {
-				k = http.TrailerPrefix + k
-			}
-			dst[k] = vv
-			if !rs.h1 {
-				for _, v := range vv {
-					rs.out += int64(len(k) + len(v))
-				}
-			}
-		}
-	}
+	return k.write(body, end)
 }
 
-func isEventStream(h http.Header) bool {
-	ct := h["Content-Type"]
-	return len(ct) > 0 && len(ct[0]) >= len("text/event-stream") &&
-		strings.EqualFold(ct[0][:len("text/event-stream")], "text/event-stream")
+func (k *httpSink) data(b []byte) error { return k.write(b, false) }
+
+func (k *httpSink) write(b []byte, last bool) error {
+	k.sp.before(last)
+	_, err := k.w.Write(b)
+	if err == nil && k.flush {
+		err = k.doFlush()
+	}
+	k.sp.after()
+	if err == nil {
+		k.wrote = true
+	}
+	return err
 }
 
-// copyBody copies src to w with a pooled buffer, flushing after every write when flush
-// is set, each write (and flush) under sp's deadline. rerr is a read (target) error, werr
-// a write (client) error.
-func copyBody(w http.ResponseWriter, src io.Reader, flush bool, sp *sendProgress) (n int64, rerr, werr error) {
-	bp := bufPool.Get().(*[copyBufSize]byte)
-	defer bufPool.Put(bp)
-	buf := bp[:]
-	fl, _ := w.(http.Flusher)
-	defer func() { sp.finish(n > 0 && rerr == nil && werr == nil) }()
-	for {
-		nr, er := src.Read(buf)
-		if nr > 0 {
-			sp.before(er == io.EOF)
-			nw, ew := w.Write(buf[:nr])
-			n += int64(nw)
-			if ew == nil && flush && fl != nil {
-				fl.Flush()
-			}
-			sp.after()
-			if ew != nil {
-				return n, nil, ew
-			}
-		}
-		if er == io.EOF {
-			return n, nil, nil
-		}
-		if er != nil {
-			return n, er, nil
-		}
+func (k *httpSink) doFlush() error {
+	if k.fl != nil {
+		k.fl.Flush()
 	}
+	return nil
+}
+
+func (k *httpSink) end(trailers []hpack.HeaderField) error {
+	dst := k.w.Header()
+	for _, f := range trailers {
+		key := http.TrailerPrefix + canonicalName(f.Name)
+		dst[key] = append(dst[key], f.Value)
+	}
+	return nil
+}
+
+// cut aborts the response after its accounting (ServeHTTP panics with
+// http.ErrAbortHandler), so that the client never takes the truncated body for whole.
+func (k *httpSink) cut() { k.cutOff = true }
+
+// canonicalName is a lower-case field name in net/http's canonical form, without
+// allocating for the common ones.
+func canonicalName(lower string) string {
+	if v, ok := canonicalNames[lower]; ok {
+		return v
+	}
+	return http.CanonicalHeaderKey(lower)
+}
+
+var canonicalNames = func() map[string]string {
+	m := make(map[string]string, len(lowerNames))
+	for k, v := range lowerNames {
+		m[v] = k
+	}
+	return m
+}()
+
+func isEventStreamValue(ct string) bool {
+	return len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream")
 }
 
 // Client progress deadlines (Config.ClientBodyTimeout and Config.ClientSendTimeout).

@@ -124,7 +124,7 @@ func TestForwardedElement(t *testing.T) {
 		{forwardedFor{clientIP: "2001:db8::1", host: "a.test:8080"}, `for="[2001:db8::1]";host="a.test:8080";proto=http`},
 	}
 	for _, tc := range tests {
-		if got := forwardedElement(tc.f); got != tc.want {
+		if got := string(appendForwardedElement(nil, tc.f.clientIP, tc.f.host, tc.f.https)); got != tc.want {
 			t.Errorf("got %s, want %s", got, tc.want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
@@ -35,6 +36,11 @@ type h2Work struct {
 	target []byte    // the request-target, escaped as it goes
 	fwd    bytesFwdSink[*listFields]
 	body   uploader // the request body's, when it has one
+	// net/http's front-ends only (forward.go):
+	hf   []hpack.HeaderField // the request's header, flattened
+	tb   trackedBody
+	hb   httpBody
+	sink httpSink
 }
 
 var h2Works = sync.Pool{New: func() any {
@@ -135,7 +141,7 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 	var up *uploader
 	if !rq.NoBody && rq.ContentLength != 0 {
 		up = &w.body
-		*up = uploader{st: x.st}
+		*up = uploader{src: (*h2Body)(x.st)}
 	}
 	w.lf.fields = rq.Fields
 	w.lf.classify(w.kinds[:])

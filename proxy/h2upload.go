@@ -10,24 +10,28 @@ import (
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
+	"golang.org/x/net/http2/hpack"
 )
 
-// uploader sends an HTTP/2 request's body to the target while the byte-level exchange
-// (h2bytes.go) waits for the answer: as it comes, with the client's flow control as the
-// back-pressure (the stream returns window only for bytes read), framed as the head
-// said: as it is under Content-Length, or chunked, trailers included. It starts once the
-// head is written (Server.roundTrip calls start) and runs on a goroutine of its own,
-// owned by forwardBytes, which waits for it (end) before the target connection is
-// pooled, closed or tried again.
+// uploader sends a request's body to the target while the byte-level exchange
+// (exchange.go) waits for the answer: as it comes, with the client's flow control (or
+// TCP's) as the back-pressure (an HTTP/2 stream returns window only for bytes read),
+// framed as the head said: as it is under Content-Length, or chunked, trailers included.
+// It reads the body from a bodySource: the own HTTP/2 engine's stream (h2Body) or
+// net/http's request body (httpBody, forward.go). It starts once the head is written
+// (Server.roundTrip calls start) and runs on a goroutine of its own, owned by the
+// forwarding goroutine, which waits for it (end) before the target connection is pooled,
+// closed or tried again.
 //
 // With Expect: 100-continue it reads nothing from the client until the target said
 // 100, or a second passed (as net/http's transport waits); a final answer that comes
 // first means the body is not sent at all. The stream sends the client its own 100 at
 // the first Read.
 type uploader struct {
-	st      *h2.Stream
+	src     bodySource
 	chunked bool
 	expect  bool
+	stopped atomic.Bool // end stopped the body's reading: a failed Read is no client error
 
 	uc   *upstream.Conn
 	cont chan struct{} // closed when the body may go (expect); by the forwarding goroutine only
@@ -94,7 +98,8 @@ func (u *uploader) end(uc *upstream.Conn) bool {
 		return true
 	}
 	if u.running() {
-		u.st.CloseRead()
+		u.stopped.Store(true)
+		u.src.stop()
 		uc.Close()
 		u.proceed()
 	}
@@ -122,7 +127,7 @@ func (u *uploader) run() {
 	buf := bp[:]
 	data := buf[pre : len(buf)-2]
 	for {
-		n, err := u.st.Read(data)
+		n, err := u.src.Read(data)
 		if n > 0 {
 			u.took.Store(true)
 			out := data[:n]
@@ -142,7 +147,7 @@ func (u *uploader) run() {
 		case err == io.EOF:
 			u.finish()
 			return
-		case errors.Is(err, h2.ErrReadClosed):
+		case err != nil && u.stopped.Load():
 			return
 		case err != nil:
 			u.clientErr = err
@@ -160,7 +165,7 @@ func (u *uploader) finish() {
 		return
 	}
 	b := append(make([]byte, 0, 64), "0\r\n"...)
-	for _, f := range u.st.Trailers() {
+	for _, f := range u.src.trailers() {
 		name := nameBytes(f.Name)
 		if h1wire.IsHopByHop(name) || h1wire.RequestFieldKind(name) != h1wire.KindOther {
 			continue
@@ -181,11 +186,33 @@ func (u *uploader) outcome() (outcome, bool) {
 	if u == nil || u.clientErr == nil {
 		return 0, false
 	}
+	return u.src.failure(u.clientErr), true
+}
+
+// bodySource is a request body as the uploader reads it.
+type bodySource interface {
+	Read(p []byte) (int, error)
+	// stop makes a Read in progress, and every later one, fail at once: the exchange is
+	// over.
+	stop()
+	// trailers are the body's trailers, once Read returned io.EOF.
+	trailers() []hpack.HeaderField
+	// failure maps a failed Read's error to what is answered.
+	failure(err error) outcome
+}
+
+// h2Body is the own HTTP/2 engine's stream as a bodySource.
+type h2Body h2.Stream
+
+func (b *h2Body) Read(p []byte) (int, error)    { return (*h2.Stream)(b).Read(p) }
+func (b *h2Body) stop()                         { (*h2.Stream)(b).CloseRead() }
+func (b *h2Body) trailers() []hpack.HeaderField { return (*h2.Stream)(b).Trailers() }
+func (b *h2Body) failure(err error) outcome {
 	switch {
-	case errors.Is(u.clientErr, h2.ErrBodyTimeout):
-		return outcomeBodyTimeout, true
-	case errors.Is(u.clientErr, h2.ErrStreamReset), errors.Is(u.clientErr, h2.ErrConnClosed):
-		return outcomeClientGone, true
+	case errors.Is(err, h2.ErrBodyTimeout):
+		return outcomeBodyTimeout
+	case errors.Is(err, h2.ErrStreamReset), errors.Is(err, h2.ErrConnClosed):
+		return outcomeClientGone
 	}
-	return outcomeClientBody, true
+	return outcomeClientBody
 }

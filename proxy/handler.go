@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
-	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -15,18 +14,16 @@ type handler struct{ s *Server }
 
 // reqState is one request's bookkeeping; it lives on the handler's stack.
 type reqState struct {
-	cc       *clientConn
-	proto    stats.Proto
-	h1       bool // HTTP/1.1 on one of our connections: bytes come from the conn counters
-	secure   bool
-	entry    *routetable.Entry
-	status   int
-	in, out  int64               // HTTP/2 rule: decoded header fields plus body bytes
-	backend  *routetable.Backend // the target tried last (access log), nil when none was
-	err      error               // why the request failed, for the access log; nil when it did not
-	upgraded bool                // a WebSocket tunnel did its own request accounting
-	altSvc   bool                // TLS on TCP with HTTP/3 on: the response announces it (Alt-Svc)
-	abort    bool                // the response is broken: abort it after the accounting
+	cc     *clientConn
+	proto  stats.Proto
+	h1     bool // HTTP/1.1 on one of our connections: bytes come from the conn counters
+	secure bool
+	// The outcome; in and out by the HTTP/2 rule (decoded header fields plus body bytes)
+	// unless h1.
+	exchangeRecord
+	upgraded bool // a WebSocket tunnel did its own request accounting
+	altSvc   bool // TLS on TCP with HTTP/3 on: the response announces it (Alt-Svc)
+	abort    bool // the response is broken: abort it after the accounting
 	start    time.Time
 }
 

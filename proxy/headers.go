@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"unsafe"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"golang.org/x/net/http/httpguts"
@@ -12,12 +11,8 @@ import (
 
 // Shared, never-modified header values (assigning them avoids a slice per request).
 var (
-	valTrailers   = []string{"trailers"}
-	valUpgrade    = []string{"Upgrade"}
-	valWebSocket  = []string{"websocket"}
-	valEmpty      = []string{""}
-	valProtoHTTP  = []string{"http"}
-	valProtoHTTPS = []string{"https"}
+	valUpgrade   = []string{"Upgrade"}
+	valWebSocket = []string{"websocket"}
 )
 
 // removeHopByHop deletes the hop-by-hop headers of h, including those its Connection
@@ -109,9 +104,9 @@ func (s *Server) isTrusted(ip string) bool {
 	return false
 }
 
-// The forwarding-field policy, decided here once for every front-end (each only
-// supplies a forwardingSink for its representation: http.Header here, the fast path's
-// bytes in h1forward.go). From an untrusted client, X-Forwarded-For, -Proto, -Host,
+// The forwarding-field policy, decided here once for every front-end (outhead.go's
+// appendHead applies it through bytesFwdSink, whatever representation the request's
+// fields came in). From an untrusted client, X-Forwarded-For, -Proto, -Host,
 // Forwarded and X-Real-Ip are dropped and the ingress's own written; from a trusted proxy
 // (--trusted-proxies), X-Forwarded-For and Forwarded are extended with this hop, and its
 // X-Forwarded-Proto, -Host and X-Real-Ip kept (written by us when absent). Look-alikes
@@ -149,22 +144,6 @@ func writeForwarding[S forwardingSink](s S, f forwardedFor) {
 	if !s.has(h1wire.KindXFHost) {
 		s.set(h1wire.KindXFHost, f.host)
 	}
-}
-
-// setForwarded applies the policy to an http.Header. o holds the one-element backing
-// arrays so that the common case allocates only the Forwarded value.
-func setForwarded(h http.Header, f forwardedFor, o *outbound) {
-	for k := range h {
-		if strings.IndexByte(k, '_') >= 0 && h1wire.ForwardingLookalike(k) {
-			delete(h, k)
-		}
-	}
-	if !f.keepsClientForwarding() {
-		for _, k := range [...]string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded", "X-Real-Ip"} {
-			delete(h, k)
-		}
-	}
-	writeForwarding(headerSink{h, o}, f)
 }
 
 // bytesFwdSink is a forwardingSink that appends to an outgoing HTTP/1.1 head; the
@@ -219,59 +198,6 @@ func (s *bytesFwdSink[S]) appendPrior(k uint8) {
 	}
 }
 
-// headerSink is a forwardingSink for http.Header.
-type headerSink struct {
-	h http.Header
-	o *outbound
-}
-
-func (s headerSink) has(k uint8) bool {
-	if k == h1wire.KindXFProto {
-		return len(s.h["X-Forwarded-Proto"]) > 0
-	}
-	return len(s.h["X-Forwarded-Host"]) > 0
-}
-
-func (s headerSink) extendFor(ip string) {
-	if prior := s.h["X-Forwarded-For"]; len(prior) > 0 {
-		s.h["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
-		return
-	}
-	s.o.xff[0] = ip
-	s.h["X-Forwarded-For"] = s.o.xff[:]
-}
-
-func (s headerSink) extendForwarded(f forwardedFor) {
-	elem := forwardedElement(f)
-	if prior := s.h["Forwarded"]; len(prior) > 0 {
-		s.h["Forwarded"] = []string{strings.Join(prior, ", ") + ", " + elem}
-		return
-	}
-	s.o.fwd[0] = elem
-	s.h["Forwarded"] = s.o.fwd[:]
-}
-
-func (s headerSink) set(k uint8, v string) {
-	if k == h1wire.KindXFProto {
-		if v == "https" {
-			s.h["X-Forwarded-Proto"] = valProtoHTTPS
-		} else {
-			s.h["X-Forwarded-Proto"] = valProtoHTTP
-		}
-		return
-	}
-	s.o.xfh[0] = v
-	s.h["X-Forwarded-Host"] = s.o.xfh[:]
-}
-
-// forwardedElement builds `for=…;host=…;proto=…` (appendForwardedElement) in one
-// allocation.
-func forwardedElement(f forwardedFor) string {
-	n := len("for=;host=;proto=https") + len(f.clientIP) + 4 + len(f.host) + 2 + strings.Count(f.host, `"`) + strings.Count(f.host, `\`)
-	b := appendForwardedElement(make([]byte, 0, n), f.clientIP, f.host, f.https)
-	return unsafe.String(unsafe.SliceData(b), len(b))
-}
-
 // appendForwardedElement appends one RFC 7239 element for a request, the one spelling
 // of it on every path: `for=` the client's address (an IPv6 one quoted in brackets),
 // `host=` the Host as received (quoted unless it is a token), `proto=` http or https.
@@ -307,13 +233,6 @@ func isToken[T string | []byte](s T) bool {
 		}
 	}
 	return true
-}
-
-// quote returns s as a quoted-string, in one allocation (the buffer becomes the string,
-// as in strings.Builder).
-func quote(s string) string {
-	b := appendQuoted(make([]byte, 0, len(s)+2+strings.Count(s, `"`)+strings.Count(s, `\`)), s)
-	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // appendQuoted appends s as a quoted-string, escaping '"' and '\\'.

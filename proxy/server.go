@@ -153,13 +153,8 @@ type Server struct {
 	accessLog *zap.Logger
 	trusted   []netip.Prefix
 
-	transport *http.Transport
-	// up is the lean HTTP/1.1 round tripper (lean.go) over the target pools, which the
-	// fast path shares; it falls back to transport.
-	up *leanTransport
-	// rt is what forward sends through: up (tests may stand in for it).
-	rt        http.RoundTripper
-	dialer    *net.Dialer
+	// up holds the targets' connections, for every exchange (exchange.go).
+	up        *targetPools
 	tlsConfig *tls.Config
 	handler   *handler
 
@@ -259,9 +254,7 @@ func New(cfg Config) (*Server, error) {
 	s.penalties = newPenaltyTable()
 	s.tarpit = newTarpit()
 	s.shutDone = make(chan struct{})
-	s.dialer, s.transport = newTransport(cfg)
-	s.up = newLeanTransport(cfg, s.transport)
-	s.rt = s.up
+	s.up = newTargetPools(cfg)
 	s.stapler = newStapler(cfg.Tables, s.log.Named("ocsp"))
 	s.tlsConfig = s.newTLSConfig()
 	s.handler = &handler{s: s}
@@ -528,7 +521,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeNow()
 		return ctx.Err()
 	}
-	s.transport.CloseIdleConnections()
 	s.up.CloseIdle()
 	return nil
 }
@@ -546,7 +538,6 @@ func (s *Server) closeNow() {
 	s.closeListeners()
 	s.h1.closeAll()
 	s.tunnels.closeAll()
-	s.transport.CloseIdleConnections()
 	s.up.CloseIdle()
 }
 

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"net"
@@ -170,27 +169,10 @@ func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqStat
 	}
 	defer walk.done()
 	if !u.switched {
-		s.relayAnswer(w, r, rs, &uw.upWork, u.uc)
+		s.relayHTTP(w, r, rs, uw, u.uc, nil)
 		return
 	}
 	switched(&u, responseHeader(&uw.res))
-}
-
-// relayAnswer relays a target's final answer other than 101 to an upgrade, its head in
-// w, through net/http's reader and the net/http front-ends' relay.
-func (s *Server) relayAnswer(w http.ResponseWriter, r *http.Request, rs *reqState, uw *upWork, uc *upstream.Conn) {
-	defer uc.Close()
-	got := bytes.Clone(uw.up[h1Headroom : h1Headroom+uw.filled])
-	_ = uc.SetReadDeadline(time.Time{})
-	br := bufio.NewReader(io.MultiReader(bytes.NewReader(got), uc))
-	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
-	if err != nil {
-		rs.err = err
-		s.failed(outcomeHandshake, rs.entry, rs.backend, err)
-		s.answer(w, rs, outcomeHandshake)
-		return
-	}
-	s.relay(w, r, res, rs)
 }
 
 // tunnelClient is the client side of a tunnel: a stream of the client's connection.
