@@ -56,18 +56,17 @@ func TestHandlerHotPathAllocs(t *testing.T) {
 // BenchmarkProxyHTTP1 measures whole requests through real loopback listeners: a raw
 // keep-alive HTTP/1.1 client, the proxy (fast path), and a minimal raw target. allocs/op
 // is the whole process (client, proxy and target).
-func BenchmarkProxyHTTP1(b *testing.B) { benchProxyHTTP1With(b, func(*Server) {}) }
+func BenchmarkProxyHTTP1(b *testing.B) { benchProxyHTTP1With(b, func(*Config) {}) }
 
 // BenchmarkProxyHTTP1NetHTTP is BenchmarkProxyHTTP1 with the fast path off: net/http's
 // server and the handler (the path before the fast one).
 func BenchmarkProxyHTTP1NetHTTP(b *testing.B) {
-	benchProxyHTTP1With(b, func(s *Server) { s.h1Off = true })
+	benchProxyHTTP1With(b, withH1Off)
 }
 
 // benchProxyHTTP1With runs BenchmarkProxyHTTP1 after set has adjusted the server.
-func benchProxyHTTP1With(b *testing.B, set func(*Server)) {
-	e := newEnv(b)
-	set(e.srv)
+func benchProxyHTTP1With(b *testing.B, set func(*Config)) {
+	e := newEnv(b, set)
 	target := rawTarget(b)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
 	raw := []byte("GET /bench HTTP/1.1\r\nHost: app.example.test\r\nUser-Agent: bench\r\n\r\n")

@@ -51,22 +51,25 @@ func TestClientLeftEventStream(t *testing.T) {
 		{host: "sses.example.test", tls: &routetable.RouteTLS{CertificateID: "c1"}, backends: []string{be}},
 	}, certSpec{"c1", []string{"sses.example.test"}})
 	h3, _ := e.h3Client()
+	var hlogs, haccess *observer.ObservedLogs
+	eh := newEnv(t, withH1Off, withLogs(&hlogs, &haccess)) // net/http's HTTP/1.1 front-end
+	eh.apply([]routeSpec{{host: "sse.example.test", backends: []string{be}}})
 	clients := []struct {
 		name, url string
 		c         *http.Client
+		e         *env
+		access    *observer.ObservedLogs
 	}{
-		{"HTTP/1.1", "http://sse.example.test/events", e.h1Client()},
-		{"HTTP/2", "http://sse.example.test/events", e.h2cClient()},
-		{"HTTP/1.1 over TLS", "https://sses.example.test/events", e.tlsClient(false)},
-		{"HTTP/2 over TLS", "https://sses.example.test/events", e.tlsClient(true)},
-		{"HTTP/3", "https://sses.example.test/events", h3},
-		{"HTTP/1.1 on net/http", "http://sse.example.test/events", e.h1Client()}, // last: it hands every connection off
+		{"HTTP/1.1", "http://sse.example.test/events", e.h1Client(), e, access},
+		{"HTTP/2", "http://sse.example.test/events", e.h2cClient(), e, access},
+		{"HTTP/1.1 over TLS", "https://sses.example.test/events", e.tlsClient(false), e, access},
+		{"HTTP/2 over TLS", "https://sses.example.test/events", e.tlsClient(true), e, access},
+		{"HTTP/3", "https://sses.example.test/events", h3, e, access},
+		{"HTTP/1.1 on net/http", "http://sse.example.test/events", eh.h1Client(), eh, haccess},
 	}
 	for _, tc := range clients {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "HTTP/1.1 on net/http" {
-				e.netHTTPOnly()
-			}
+			access := tc.access
 			access.TakeAll()
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, tc.url, nil)
@@ -93,4 +96,5 @@ func TestClientLeftEventStream(t *testing.T) {
 		})
 	}
 	noBackendFailures(t, e)
+	noBackendFailures(t, eh)
 }

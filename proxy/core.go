@@ -28,10 +28,10 @@ import (
 type verdictKind uint8
 
 const (
-	answerFixed verdictKind = iota // a fixed answer: verdict.o's (fixedAnswers)
-	answerRedirect                 // 308 to HTTPS (appendLocation)
-	answerTunnel                   // a WebSocket tunnel to one of the route's targets
-	answerForward                  // a forward to one of the route's targets
+	answerFixed    verdictKind = iota // a fixed answer: verdict.o's (fixedAnswers)
+	answerRedirect                    // 308 to HTTPS (appendLocation)
+	answerTunnel                      // a WebSocket tunnel to one of the route's targets
+	answerForward                     // a forward to one of the route's targets
 )
 
 // verdict is the core's decision on one request.

@@ -33,10 +33,7 @@ func withLogs(logs, access **observer.ObservedLogs) func(*Config) {
 func TestBackendFailuresAreLogged(t *testing.T) {
 	for _, h1Off := range []bool{false, true} {
 		var logs, access *observer.ObservedLogs
-		e := newEnv(t, withLogs(&logs, &access))
-		e.srv.h1.mu.Lock() // orders the write before any connection reads it (see newDiffPair)
-		e.srv.h1Off = h1Off
-		e.srv.h1.mu.Unlock()
+		e := newEnv(t, withLogs(&logs, &access), withH1OffIf(h1Off))
 		dead := deadAddr(t)
 		tb := e.apply([]routeSpec{{host: "app.example.test", backends: []string{dead}}})
 		lease := tb.Routes[0].Targets[0].LeaseID
@@ -99,10 +96,7 @@ func TestHandshakeFailuresAreLogged(t *testing.T) {
 // targets read as X-Forwarded-For, never reach a target, on either HTTP/1.1 path.
 func TestForwardingLookalikesDropped(t *testing.T) {
 	for _, h1Off := range []bool{false, true} {
-		e := newEnv(t)
-		e.srv.h1.mu.Lock()
-		e.srv.h1Off = h1Off
-		e.srv.h1.mu.Unlock()
+		e := newEnv(t, withH1OffIf(h1Off))
 		seen := make(chan http.Header, 1)
 		be := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Clone() }))
 		e.apply([]routeSpec{{host: "app.example.test", backends: []string{be}}})

@@ -23,7 +23,7 @@ import (
 
 // Differential tests of the fast HTTP/1.1 path (h1serve.go, internal/h1wire, h1forward.go)
 // against the net/http path it replaced (handler.go, forward.go, headers.go): the same
-// client bytes go to two proxies built alike but for Server.h1Off, each with its own
+// client bytes go to two proxies built alike but for Config.h1Off, each with its own
 // recording target. What must agree, up to the differences listed in diffAccepted:
 // per response what the client read (status, body, Content-Length, Content-Type,
 // chunked framing, Connection: close, the framing field lines as sent, every other field
@@ -657,19 +657,11 @@ type diffPair struct{ fast, std diffSide }
 
 func newDiffPair(tb testing.TB, trusted bool) *diffPair {
 	mk := func(name string, h1Off bool) diffSide {
-		e := newEnv(tb, func(c *Config) {
+		e := newEnv(tb, withH1OffIf(h1Off), func(c *Config) {
 			if trusted {
 				c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 			}
 		})
-		if h1Off {
-			// newEnv's Serve already runs, but no connection has been accepted yet, and
-			// each connection's goroutine, which reads h1Off, starts after acceptLoop's
-			// h1.add locked h1.mu: locking it here orders our write before that read.
-			e.srv.h1Off = true
-			e.srv.h1.mu.Lock()
-			e.srv.h1.mu.Unlock()
-		}
 		tg := newDiffTarget(tb)
 		e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
 		return diffSide{name: name, e: e, tg: tg}

@@ -22,7 +22,7 @@ import (
 const h2AllocLimit = 2
 
 func TestH2HotPathAllocs(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{rawTarget(t)}}})
 	c, err := net.Dial("tcp", e.http)
 	if err != nil {

@@ -192,7 +192,7 @@ func attackProbe(t *testing.T, tg *wireTarget, l attackListener) int {
 // attackEnv is the own server with wireHost routed (with a certificate, for TLS) to tg.
 func attackEnv(t *testing.T, answer func(c net.Conn, head string) bool) (*env, *wireTarget) {
 	tg := newWireTarget(t, answer)
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	e.apply([]routeSpec{{host: wireHost, tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{tg.addr}}},
 		certSpec{id: "c", hosts: []string{wireHost}})
 	return e, tg

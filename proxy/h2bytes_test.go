@@ -113,7 +113,7 @@ func TestH2ByteFraming(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, withOwnH2)
+			e := newEnv(t)
 			method := tc.method
 			if method == "" {
 				method = "GET"
@@ -166,7 +166,7 @@ func TestH2ByteFraming(t *testing.T) {
 // that resets its stream mid-body closes the target connection at once.
 func TestH2ByteBrokenBody(t *testing.T) {
 	t.Run("target breaks the body", func(t *testing.T) {
-		e := newEnv(t, withOwnH2)
+		e := newEnv(t)
 		headSeen := make(chan struct{})
 		tg := newH1Target(t, func(c net.Conn, r *http.Request, _ string) bool {
 			// Longer than the proxy's buffer: the head goes out before the body is whole.
@@ -189,7 +189,7 @@ func TestH2ByteBrokenBody(t *testing.T) {
 		waitFor(t, "request failure", func() bool { return e.stat(h1Host).BackendFailures.Request == 1 })
 	})
 	t.Run("client resets mid-body", func(t *testing.T) {
-		e := newEnv(t, withOwnH2)
+		e := newEnv(t)
 		var targetSawClose atomic.Bool
 		tg := newH1Target(t, func(c net.Conn, r *http.Request, _ string) bool {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
@@ -233,7 +233,7 @@ func isTimeout(err error) bool {
 // over a buffer reused for a later stream changed those strings under it, and clients
 // got other requests' values (an indexed field the encoder thought was the new value).
 func TestH2ResponseHeadsStayTheirOwn(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	target := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Id")
 		w.Header().Set("X-Id", id)

@@ -16,7 +16,7 @@ import (
 )
 
 // The own HTTP/2 server's byte-level forwarding (h2bytes.go) against net/http's HTTP/2
-// server and request writer (--http2-server=std), compared by what the target's
+// server (the oracle: Config.stdH2), compared by what the target's
 // connection received, byte for byte (FuzzH2BytesWire). The JSON echo of
 // FuzzH2OwnMatchesStd shows what a lenient parser made of a request; this shows the
 // bytes themselves, where a request line, a second Host or bytes after the head would
@@ -403,7 +403,7 @@ func newWireEnvs(t testing.TB) *wireEnvs {
 	mk := func(impl string, trusted bool) (*env, *wireTarget) {
 		tg := newWireTarget(t, wireOK)
 		e := newEnv(t, func(c *Config) {
-			c.HTTP2Server = impl
+			c.stdH2 = impl == h2Std
 			if trusted {
 				c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 			}
@@ -411,10 +411,10 @@ func newWireEnvs(t testing.TB) *wireEnvs {
 		e.apply([]routeSpec{{host: wireHost, backends: []string{tg.addr}}})
 		return e, tg
 	}
-	w.std, w.stdT = mk(HTTP2ServerStd, false)
-	w.own, w.ownT = mk(HTTP2ServerOwn, false)
-	w.stdTr, w.stdTT = mk(HTTP2ServerStd, true)
-	w.ownTr, w.ownTT = mk(HTTP2ServerOwn, true)
+	w.std, w.stdT = mk(h2Std, false)
+	w.own, w.ownT = mk(h2Own, false)
+	w.stdTr, w.stdTT = mk(h2Std, true)
+	w.ownTr, w.ownTT = mk(h2Own, true)
 	return w
 }
 

@@ -235,8 +235,8 @@ func FuzzH2OwnMatchesStd(f *testing.F) {
 	f.Add("POST", "/", "app.example.test", "trailer", "x-t, x-u", "body")
 	be := recordingTarget(f)
 	envs := map[string]*env{}
-	for _, impl := range []string{HTTP2ServerStd, HTTP2ServerOwn} {
-		e := newEnv(f, func(c *Config) { c.HTTP2Server = impl })
+	for _, impl := range []string{h2Std, h2Own} {
+		e := newEnv(f, withH2(impl))
 		e.apply([]routeSpec{{host: "app.example.test", backends: []string{be}}})
 		envs[impl] = e
 	}
@@ -245,8 +245,8 @@ func FuzzH2OwnMatchesStd(f *testing.F) {
 		if len(body) > 0 {
 			fields = append(fields, [2]string{"content-length", fmt.Sprint(len(body))})
 		}
-		std := h2Exchange(t, envs[HTTP2ServerStd].http, fields, []byte(body))
-		own := h2Exchange(t, envs[HTTP2ServerOwn].http, fields, []byte(body))
+		std := h2Exchange(t, envs[h2Std].http, fields, []byte(body))
+		own := h2Exchange(t, envs[h2Own].http, fields, []byte(body))
 		if std.String() == own.String() {
 			return
 		}

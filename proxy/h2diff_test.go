@@ -107,8 +107,8 @@ func (c diffCase) do(t *testing.T, client *http.Client) (int, http.Header, strin
 func TestH2OwnMatchesStd(t *testing.T) {
 	be := recordingTarget(t)
 	envs := map[string]*env{}
-	for _, impl := range []string{HTTP2ServerStd, HTTP2ServerOwn} {
-		e := newEnv(t, func(c *Config) { c.HTTP2Server = impl })
+	for _, impl := range []string{h2Std, h2Own} {
+		e := newEnv(t, withH2(impl))
 		e.apply([]routeSpec{{host: "app.example.test", backends: []string{be}}})
 		envs[impl] = e
 	}
@@ -138,7 +138,7 @@ func TestH2OwnMatchesStd(t *testing.T) {
 				body       string
 			}
 			var got [2]result
-			for i, impl := range []string{HTTP2ServerStd, HTTP2ServerOwn} {
+			for i, impl := range []string{h2Std, h2Own} {
 				r := &got[i]
 				r.status, r.header, r.body, r.tr = c.do(t, envs[impl].h2cClient())
 				for k := range h2diffIgnored {

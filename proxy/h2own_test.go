@@ -21,16 +21,29 @@ import (
 	"github.com/serve-zone/ingress/stats"
 )
 
-// Tests of the own HTTP/2 server (Config.HTTP2Server "own", the default) through the
-// proxy; the rest of the package's tests run on it too, and on net/http's with
-// PROXY_TEST_HTTP2_SERVER=std.
+// Tests of the own HTTP/2 server through the proxy; the rest of the package's tests run
+// on it too. net/http's HTTP/2 server is the oracle of the differential tests only.
 
-func withOwnH2(c *Config) { c.HTTP2Server = HTTP2ServerOwn }
+// h2Std and h2Own name the two HTTP/2 servers of the differential tests: net/http's,
+// the oracle, and the own engine, the ingress's only one.
+const (
+	h2Std = "std"
+	h2Own = "own"
+)
+
+// withH2 makes newEnv serve HTTP/2 with impl (h2Std or h2Own).
+func withH2(impl string) func(*Config) { return func(c *Config) { c.stdH2 = impl == h2Std } }
+
+// withH1Off makes every connection go to net/http's front-end at once (Config.h1Off).
+func withH1Off(c *Config) { c.h1Off = true }
+
+// withH1OffIf is withH1Off when off is true.
+func withH1OffIf(off bool) func(*Config) { return func(c *Config) { c.h1Off = off } }
 
 // TestOwnH2Forwards: GET and a streamed upload over h2c and h2 over TLS, trailers from
 // the target, the forwarding fields, the route's counters.
 func TestOwnH2Forwards(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	be := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", "X-Sum")
 		w.Header().Set("X-Seen-Xff", r.Header.Get("X-Forwarded-For"))
@@ -102,7 +115,7 @@ func wsRead(r io.Reader) (byte, []byte, error) {
 // reaches an HTTP/1.1 WebSocket target, echoes through five table swaps (one of which
 // removes its route), and is counted as one request with its bytes.
 func TestOwnH2WebSocketSurvivesSwaps(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	be := wsEcho(t)
 	other := backend(t, echoInfo())
 	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{be}}})
@@ -162,7 +175,7 @@ func TestOwnH2WebSocketSurvivesSwaps(t *testing.T) {
 // CONNECT are 405; an unknown host is 404; a target that refuses the upgrade has its
 // answer relayed.
 func TestOwnH2ExtendedConnectOtherwise(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	refuse := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusForbidden) }))
 	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{refuse}}})
 	for _, tc := range []struct {
@@ -186,7 +199,7 @@ func TestOwnH2ExtendedConnectOtherwise(t *testing.T) {
 // and gone after; its bytes go to its requests' hostname and HTTP/2 only (no tail is
 // attributed at close as for HTTP/1.1), the route's and the totals' the same.
 func TestOwnH2ConnectionCounts(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
 	c := e.h2cClient()
 	for range 3 {
@@ -215,7 +228,7 @@ func TestOwnH2ConnectionCounts(t *testing.T) {
 // TestOwnH2WebSocketDrainsOnStop: Shutdown waits for a WebSocket over HTTP/2 until its
 // deadline, then closes it; the client's stream ends.
 func TestOwnH2WebSocketDrainsOnStop(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{wsEcho(t)}}})
 	res, pw := extendedConnect(t, e.http, "ws.example.test", "/ws", "websocket", "sec-websocket-version", "13")
 	defer pw.Close()
@@ -256,7 +269,7 @@ func TestOwnH2Curl(t *testing.T) {
 		}
 		t.Skipf("curl with HTTP/2 not found: %v", err)
 	}
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))
@@ -293,7 +306,7 @@ func TestOwnH2Nghttp(t *testing.T) {
 	if err != nil {
 		t.Skipf("nghttp not found (Debian package nghttp2-client): %v", err)
 	}
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))

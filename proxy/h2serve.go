@@ -12,17 +12,11 @@ import (
 	"github.com/serve-zone/ingress/stats"
 )
 
-// The own HTTP/2 server (Config.HTTP2Server "own"): connections that negotiated h2 by
+// The HTTP/2 server, the ingress's own: connections that negotiated h2 by
 // ALPN or opened with the prior-knowledge preface are served by proxy/internal/h2's
 // engine on the fast path's connection goroutine, instead of being handed to net/http.
 // The engine's streams are translated into the forwarding core in h2forward.go (and
 // h2tunnel.go for RFC 8441 WebSockets).
-
-// HTTP/2 server implementations for Config.HTTP2Server.
-const (
-	HTTP2ServerStd = "std" // net/http's
-	HTTP2ServerOwn = "own" // proxy/internal/h2
-)
 
 // h2Set tracks the engine's connections for Shutdown (GOAWAY to each).
 type h2Set struct {

@@ -82,7 +82,7 @@ func postFields(extra ...[2]string) [][2]string {
 // is forwarded: under the client's content-length, chunked when it stated none, chunked
 // with its trailers when it announced some; the target connection is reused after each.
 func TestH2UploadFraming(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	tg := echoTarget(t)
 	e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
 	for _, tc := range []struct {
@@ -139,7 +139,7 @@ func TestH2UploadFraming(t *testing.T) {
 // status gets no body, and its connection is not reused (the request was not sent whole).
 func TestH2UploadExpectContinue(t *testing.T) {
 	t.Run("target says 100", func(t *testing.T) {
-		e := newEnv(t, withOwnH2)
+		e := newEnv(t)
 		tg := echoTarget(t) // serveRecorded answers 100 to Expect
 		e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
 		_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "4"}, [2]string{"expect", "100-continue"})...)
@@ -163,7 +163,7 @@ func TestH2UploadExpectContinue(t *testing.T) {
 		}
 	})
 	t.Run("target refuses at once", func(t *testing.T) {
-		e := newEnv(t, withOwnH2)
+		e := newEnv(t)
 		copied := make(chan int64, 1)
 		addr := rawServer(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
@@ -195,7 +195,7 @@ func TestH2UploadExpectContinue(t *testing.T) {
 // sending (RST_STREAM NO_ERROR after the response), and the target connection is not
 // pooled, since the request never went out whole.
 func TestH2UploadEarlyAnswer(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	var conns atomic.Int32
 	addr := rawServer(t, func(c net.Conn) {
 		conns.Add(1)
@@ -231,7 +231,7 @@ func TestH2UploadEarlyAnswer(t *testing.T) {
 // TestH2UploadClientResets: a client that resets its stream mid-body ends the exchange:
 // the target connection is closed, and it is not a backend failure.
 func TestH2UploadClientResets(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	closed := make(chan struct{})
 	addr := rawServer(t, func(c net.Conn) {
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {

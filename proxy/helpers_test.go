@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,7 +57,6 @@ func newEnv(t testing.TB, opts ...func(*Config)) *env {
 		DialTimeout:           2 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Second,
 	}
-	cfg.HTTP2Server = os.Getenv("PROXY_TEST_HTTP2_SERVER") // "std" runs every test on net/http's HTTP/2 server
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -51,7 +51,7 @@ func pingFlood(t *testing.T, addr string) {
 // when the penalty ends, counted), and once the penalty is over the address is served
 // again.
 func TestPenaltyAfterH2Abuse(t *testing.T) {
-	e := newEnv(t, withOwnH2)
+	e := newEnv(t)
 	be := backend(t, echoInfo())
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{be}}})
 
@@ -92,7 +92,7 @@ func TestPenaltyAfterH2Abuse(t *testing.T) {
 // TestNoPenaltyForTrustedProxies: a trusted proxy carries many clients, so its
 // address is never penalised (the abusive connection is still ended and counted).
 func TestNoPenaltyForTrustedProxies(t *testing.T) {
-	e := newEnv(t, withOwnH2, func(c *Config) { c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
+	e := newEnv(t, func(c *Config) { c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
 	be := backend(t, echoInfo())
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{be}}})
 	pingFlood(t, e.http)

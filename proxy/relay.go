@@ -64,7 +64,7 @@ type relay struct {
 	s      *Server
 	sink   answerSink
 	rec    exchangeRecord // the request's, copied in and out (pointers in a relay leak to its sink)
-	up     *uploader // the request body's, if any: it must end before uc is pooled
+	up     *uploader      // the request body's, if any: it must end before uc is pooled
 	w      *upWork
 	uc     *upstream.Conn
 	head   bool // the request was HEAD

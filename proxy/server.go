@@ -114,10 +114,6 @@ type Config struct {
 	// one (a container's published port, a NAT or load balancer in front): Alt-Svc
 	// announces it for HTTP/3 and redirects to https name it. 0 means the bound port.
 	PublicHTTPSPort int
-	// HTTP2Server chooses the HTTP/2 server for h2 over TLS and prior-knowledge h2c:
-	// HTTP2ServerOwn ("own", proxy/internal/h2 through h2serve.go; "" means it) or
-	// HTTP2ServerStd ("std", net/http's, the reference).
-	HTTP2Server string
 	// ReleaseIdleMemory returns memory to the operating system after a wave of HTTP/1.1
 	// connections went idle (parked, Linux only): once at least 1,024 connections have
 	// parked since the last time and none for a second, a goroutine runs two collections
@@ -128,6 +124,12 @@ type Config struct {
 	// whole process (the collections are process-wide), so it is off by default; the
 	// ingress binary turns it on. It costs nothing on the request path.
 	ReleaseIdleMemory bool
+
+	// What the package's own tests choose (no flag or exported field sets them):
+	// stdH2 serves h2 and h2c with net/http's HTTP/2 server instead of the own engine (the
+	// oracle of the differential tests and fuzzers); h1Off hands every connection to
+	// net/http at once (the fast path's differential tests, net/http's front-end's tests).
+	stdH2, h1Off bool
 }
 
 const (
@@ -166,12 +168,11 @@ type Server struct {
 	// parker holds idle plain HTTP/1.1 connections without a goroutine (h1idle.go); nil
 	// where nothing parks. Serve sets it before it accepts anything.
 	parker *parker
-	// ownH2 serves HTTP/2 with proxy/internal/h2 (Config.HTTP2Server); h2 tracks those
-	// connections (h2serve.go).
+	// ownH2 serves HTTP/2 with proxy/internal/h2 (unless a test chose net/http's, Config.stdH2);
+	// h2 tracks those connections (h2serve.go).
 	ownH2 bool
 	h2    h2Set
-	// h1Off hands every connection to net/http at once (tests and benchmarks compare
-	// the two paths with it).
+	// h1Off hands every connection to net/http at once (Config.h1Off; tests only).
 	h1Off bool
 	h3    h3Server // HTTP/3 on UDP (http3.go)
 	// hsCerts carries the certificate chosen in a TCP handshake from getCertificate to
@@ -213,11 +214,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("MaxHeaderBytes must not be negative"))
 	}
-	switch cfg.HTTP2Server {
-	case "", HTTP2ServerStd, HTTP2ServerOwn:
-	default:
-		errs = append(errs, errors.New(`HTTP2Server must be "std" or "own"`))
-	}
 	if len(errs) > 0 {
 		return nil, errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
 	}
@@ -242,7 +238,8 @@ func New(cfg Config) (*Server, error) {
 		tables:    cfg.Tables,
 		accessLog: cfg.AccessLog,
 		trusted:   cfg.TrustedProxies,
-		ownH2:     cfg.HTTP2Server != HTTP2ServerStd,
+		ownH2:     !cfg.stdH2,
+		h1Off:     cfg.h1Off,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()

@@ -47,14 +47,6 @@ func withProgressTimeouts(logs **observer.ObservedLogs) func(*Config) {
 	}
 }
 
-// netHTTPOnly makes every HTTP/1.1 connection go to net/http at once (Server.h1Off; see
-// newDiffPair for why the lock orders the write before the connections' reads).
-func (e *env) netHTTPOnly() {
-	e.srv.h1Off = true
-	e.srv.h1.mu.Lock()
-	e.srv.h1.mu.Unlock()
-}
-
 // statuses returns the statuses of the access log's lines so far.
 func statuses(logs *observer.ObservedLogs) []int {
 	var out []int
@@ -225,8 +217,7 @@ func TestH2ZeroWindowStreamsAreReset(t *testing.T) {
 func TestSlowUploadGets408(t *testing.T) {
 	const size = 64 << 10
 	var logs *observer.ObservedLogs
-	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3)
-	e.netHTTPOnly()
+	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3, withH1Off)
 	h3c, _ := e.h3Client()
 
 	upload := func(t *testing.T, c *http.Client, url string) {
@@ -295,8 +286,7 @@ func TestSlowUploadGets408(t *testing.T) {
 func TestUnreadResponseIsCut(t *testing.T) {
 	const size = 10 << 20
 	var logs *observer.ObservedLogs
-	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3)
-	e.netHTTPOnly()
+	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3, withH1Off)
 	target := func(t *testing.T) (opened, closed chan struct{}) {
 		opened, closed = make(chan struct{}, 1), make(chan struct{}, 1)
 		e.tlsRoute("app.example.test", bigTarget(t, size, opened, closed))
@@ -350,8 +340,7 @@ func TestUnreadResponseIsCut(t *testing.T) {
 func TestProgressingTransfersAreNotCut(t *testing.T) {
 	const pause = 4 * progressTimeout
 	var logs *observer.ObservedLogs
-	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3)
-	e.netHTTPOnly()
+	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3, withH1Off)
 	be := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/pause": // 256 KiB, a pause, 256 KiB (Content-Length)
@@ -468,8 +457,7 @@ func TestProgressingTransfersAreNotCut(t *testing.T) {
 func TestSlowSteadyReaderIsNotCut(t *testing.T) {
 	const size = 16 << 20
 	var logs *observer.ObservedLogs
-	e := newEnv(t, withProgressTimeouts(&logs))
-	e.netHTTPOnly()
+	e := newEnv(t, withProgressTimeouts(&logs), withH1Off)
 	opened, closed := make(chan struct{}, 1), make(chan struct{}, 1)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{bigTarget(t, size, opened, closed)}}})
 	c := dialRaw(t, e.http)

@@ -83,10 +83,7 @@ func TestTLSKeepsCertificateAcrossSwaps(t *testing.T) {
 // same certificate names share a connection (coalescing), as browsers expect.
 func TestMisdirectedRequest(t *testing.T) {
 	for _, h1Off := range []bool{false, true} {
-		e := newEnv(t)
-		e.srv.h1.mu.Lock() // orders the write before any connection reads it (see newDiffPair)
-		e.srv.h1Off = h1Off
-		e.srv.h1.mu.Unlock()
+		e := newEnv(t, withH1OffIf(h1Off))
 		be := backend(t, echoInfo())
 		e.apply([]routeSpec{
 			{host: "tls.test", tls: &routetable.RouteTLS{CertificateID: "one"}, backends: []string{be}},

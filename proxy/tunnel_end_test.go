@@ -53,7 +53,7 @@ func TestTunnelCleanEndDeliversAll(t *testing.T) {
 		}
 	})
 	t.Run("h2", func(t *testing.T) {
-		e := newEnv(t, withOwnH2)
+		e := newEnv(t)
 		be := upgradeThenSend(t, body)
 		e.apply([]routeSpec{{host: "ws.example.test", backends: []string{be}}})
 		for range 3 {

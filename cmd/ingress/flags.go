@@ -19,7 +19,6 @@ type options struct {
 	HTTPAddr           string
 	HTTPSAddr          string
 	HTTP3              bool
-	HTTP2Server        string
 	PublicHTTPSPort    int
 	AdminAddr          string
 	StateDir           string
@@ -60,7 +59,6 @@ func defaultOptions() options {
 		HTTPAddr:              ":80",
 		HTTPSAddr:             ":443",
 		HTTP3:                 true,
-		HTTP2Server:           "own",
 		AdminAddr:             "127.0.0.1:9090",
 		DrainTimeout:          30 * time.Second,
 		LogLevel:              "info",
@@ -83,7 +81,6 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "plain HTTP listener (HTTP/1.1 and prior-knowledge h2c); empty disables it")
 	fs.StringVar(&o.HTTPSAddr, "https-addr", o.HTTPSAddr, "TLS listener (h2, http/1.1); empty disables it")
 	fs.BoolVar(&o.HTTP3, "http3", o.HTTP3, "also serve HTTP/3 on UDP at --https-addr")
-	fs.StringVar(&o.HTTP2Server, "http2-server", o.HTTP2Server, "HTTP/2 server for h2 and h2c: own (the ingress's own, with WebSockets over HTTP/2) or std (net/http's)")
 	fs.IntVar(&o.PublicHTTPSPort, "public-https-port", o.PublicHTTPSPort, "the port clients reach --https-addr at, when a port map, NAT or load balancer makes it differ from the bound one (docker run -p 8443:443 ...): announced in Alt-Svc for HTTP/3 (UDP) and used in redirects to https; 0 means the bound port")
 	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "admin listener: /metrics, /healthz, /readyz, /v1/traffic-statistics; empty disables it")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory keeping the last applied route table and the statistics across restarts")
@@ -113,9 +110,6 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 func (o *options) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if o.HTTP2Server != "std" && o.HTTP2Server != "own" {
-		bad("--http2-server must be std or own, not %q", o.HTTP2Server)
-	}
 
 	o.addrSeen = map[string]string{}
 	checkAddr := func(flagName, addr string) {

@@ -195,7 +195,6 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		HTTPAddr:              o.HTTPAddr,
 		HTTPSAddr:             o.HTTPSAddr,
 		HTTP3:                 o.HTTP3,
-		HTTP2Server:           o.HTTP2Server,
 		Tables:                in.store,
 		Totals:                totals,
 		Logger:                log.Named("proxy"),
