@@ -294,22 +294,16 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 	got := buf[start:w.filled] // body bytes that came with the head
 	status = res.Status
 
-	var sc h1wire.ChunkScanner
-	var remaining int64
+	ab := newAnswerBody(frame, res.ContentLength, false) // chunks go on as they came
 	var first []byte
 	done := false
 	switch frame {
 	case frameNone:
 		done = true
 		keepUp = keepUp && len(got) == 0
-	case frameLength:
-		remaining = res.ContentLength
-		k := min(int64(len(got)), remaining)
-		first, remaining = got[:k], remaining-k
-		keepUp = keepUp && int64(len(got)) <= res.ContentLength
-		done = remaining == 0
-	case frameChunked:
-		n, fin, err := sc.Scan(got)
+	case frameLength, frameChunked:
+		var err error
+		first, done, err = ab.take(got)
 		if err != nil {
 			// Nothing reached the client yet: it gets a 502 instead of a broken body.
 			uc.Close()
@@ -318,8 +312,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 			c.closing = true // the target's connection state is unknown; so is ours to it
 			return c.answer(w, outcomeRequest), true
 		}
-		first, done = got[:n], fin
-		keepUp = keepUp && (!fin || n == len(got))
+		keepUp = keepUp && ab.clean
 	case frameClose:
 		if len(got) > 0 {
 			// Re-framed below, after the head.
@@ -361,26 +354,16 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 	for {
 		nr, rerr := uc.Read(buf)
 		if nr > 0 {
-			chunk := buf[:nr]
-			switch frame {
-			case frameLength:
-				var clean bool
-				chunk, remaining, clean = takeLength(chunk, remaining)
-				keepUp = keepUp && clean
-				done = remaining == 0
-			case frameChunked:
-				n, fin, err := sc.Scan(chunk)
-				if err != nil {
-					return c.brokenBody(uc, e, status, err)
-				}
-				keepUp = keepUp && (!fin || n == nr)
-				chunk, done = chunk[:n], fin
-			case frameClose:
+			chunk, done, err := ab.take(buf[:nr])
+			if err != nil {
+				return c.brokenBody(uc, e, status, err)
+			}
+			if frame == frameClose {
 				w.wb = appendChunk(w.wb[:0], chunk)
 				chunk = w.wb
 			}
 			if done {
-				c.s.up.Put(uc, keepUp, c.s.up.now()) // before the client has the end, as above
+				c.s.up.Put(uc, keepUp && ab.clean, c.s.up.now()) // before the client has the end, as above
 			}
 			if _, err := c.send(chunk); err != nil {
 				if !done {

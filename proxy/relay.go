@@ -59,6 +59,48 @@ func (rec *exchangeRecord) host() string {
 	return rec.entry.Hostname
 }
 
+// answerBody frames a target's answer body as it is read, for both relays: what of the
+// bytes read belongs to the body (and goes to the client: de-chunked for the sinks, the
+// chunks as they came for the HTTP/1.1 fast path), and when it ends.
+type answerBody struct {
+	frame     int   // responseFraming's
+	remaining int64 // frameLength: bytes still due
+	sc        h1wire.ChunkScanner
+	decode    bool // frameChunked: pass the data on without the chunked coding
+	clean     bool // nothing came beyond the body so far: the connection may be kept
+}
+
+func newAnswerBody(frame int, length int64, decode bool) answerBody {
+	return answerBody{frame: frame, remaining: length, decode: decode, clean: true}
+}
+
+// take frames p, bytes just read: the part of it that goes to the client, and whether
+// the body ended with it. A close-delimited body ends at EOF, which take does not see.
+func (b *answerBody) take(p []byte) (out []byte, done bool, err error) {
+	switch b.frame {
+	case frameLength:
+		var clean bool
+		p, b.remaining, clean = takeLength(p, b.remaining)
+		b.clean = b.clean && clean
+		return p, b.remaining == 0, nil
+	case frameChunked:
+		var n, d int
+		var fin bool
+		if b.decode {
+			n, d, fin, err = b.sc.Decode(p)
+		} else {
+			n, fin, err = b.sc.Scan(p)
+			d = n
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		b.clean = b.clean && (!fin || n == len(p))
+		return p[:d], fin, nil
+	}
+	return p, false, nil
+}
+
 // relay is one answer's relay; it lives on the forwarding goroutine's stack.
 type relay struct {
 	s      *Server
@@ -126,34 +168,37 @@ func (r *relay) run() {
 			return
 		}
 		r.rec.out += int64(len(got))
-		r.rest(frame, res.ContentLength-int64(len(got)), nil)
+		ab := newAnswerBody(frame, res.ContentLength-int64(len(got)), true)
+		ab.clean = keepUp // a Connection: close (or bytes beyond the body) is kept in mind
+		r.rest(&ab)
 	case frameChunked:
-		var sc h1wire.ChunkScanner
-		n, d, fin, err := sc.Decode(got)
+		ab := newAnswerBody(frame, 0, true)
+		first, fin, err := ab.take(got)
 		if err != nil {
 			uc.Close()
 			r.badAnswer(err)
 			return
 		}
-		if fin && len(sc.Trailer) == 0 {
-			r.rec.out += int64(d)
-			if err := r.sink.head(res.Status, fields, got[:d], true); err != nil {
+		if fin && len(ab.sc.Trailer) == 0 {
+			r.rec.out += int64(len(first))
+			if err := r.sink.head(res.Status, fields, first, true); err != nil {
 				r.clientStopped(err)
 			}
-			r.put(keepUp && n == len(got))
+			r.put(keepUp && ab.clean)
 			return
 		}
-		if err := r.sink.head(res.Status, fields, got[:d], false); err != nil {
+		if err := r.sink.head(res.Status, fields, first, false); err != nil {
 			uc.Close()
 			r.clientStopped(err)
 			return
 		}
-		r.rec.out += int64(d)
+		r.rec.out += int64(len(first))
 		if fin {
-			r.endChunked(&sc, keepUp && n == len(got))
+			r.endChunked(&ab.sc, keepUp && ab.clean)
 			return
 		}
-		r.rest(frame, 0, &sc)
+		ab.clean = ab.clean && keepUp
+		r.rest(&ab)
 	default: // frameClose
 		if err := r.sink.head(res.Status, fields, got, false); err != nil {
 			uc.Close()
@@ -161,38 +206,27 @@ func (r *relay) run() {
 			return
 		}
 		r.rec.out += int64(len(got))
-		r.rest(frame, 0, nil)
+		ab := newAnswerBody(frame, 0, true)
+		r.rest(&ab)
 	}
 }
 
 // rest relays the body after the first bytes, as it comes (event streams flow): a
-// length's remaining bytes, chunks (sc) or everything until the target closes. A client
-// that goes away closes the target connection at once.
-func (r *relay) rest(frame int, remaining int64, sc *h1wire.ChunkScanner) {
+// length's remaining bytes, chunks or everything until the target closes (ab frames
+// it). A client that goes away closes the target connection at once.
+func (r *relay) rest(ab *answerBody) {
 	uc := r.uc
 	stop := context.AfterFunc(r.sink.context(), uc.Abort())
 	defer stop()
 	_ = uc.SetReadDeadline(time.Time{})
 	buf := r.w.up[h1Headroom:]
-	keepUp := true
 	for {
 		nr, rerr := uc.Read(buf)
 		if nr > 0 {
-			chunk, done := buf[:nr], false
-			switch frame {
-			case frameLength:
-				var clean bool
-				chunk, remaining, clean = takeLength(chunk, remaining)
-				keepUp = keepUp && clean
-				done = remaining == 0
-			case frameChunked:
-				n, d, fin, err := sc.Decode(chunk)
-				if err != nil {
-					r.brokenBody(err)
-					return
-				}
-				keepUp = keepUp && (!fin || n == nr)
-				chunk, done = chunk[:d], fin
+			chunk, done, err := ab.take(buf[:nr])
+			if err != nil {
+				r.brokenBody(err)
+				return
 			}
 			if len(chunk) > 0 {
 				if err := r.sink.data(chunk); err != nil {
@@ -203,19 +237,19 @@ func (r *relay) rest(frame int, remaining int64, sc *h1wire.ChunkScanner) {
 				r.rec.out += int64(len(chunk))
 			}
 			if done {
-				if frame == frameChunked {
-					r.endChunked(sc, keepUp)
+				if ab.frame == frameChunked {
+					r.endChunked(&ab.sc, ab.clean)
 					return
 				}
 				if err := r.sink.end(nil); err != nil {
 					r.clientStopped(err)
 				}
-				r.put(keepUp)
+				r.put(ab.clean)
 				return
 			}
 		}
 		if rerr != nil {
-			if frame == frameClose && rerr == io.EOF {
+			if ab.frame == frameClose && rerr == io.EOF {
 				uc.Close()
 				if err := r.sink.end(nil); err != nil {
 					r.clientStopped(err)
