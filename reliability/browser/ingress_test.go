@@ -36,17 +36,17 @@ type ingress struct {
 	rev    int64  // the revision last written
 }
 
-// startIngress starts the binary in standalone mode on loopback with the access log on,
-// HTTP/3 as asked, serving one TLS route for appHost (plain HTTP redirected) to to, with a
+// startIngress starts the binary in standalone mode on loopback with the access log on
+// and HTTP/3 on (its default; UDP on the TLS port), serving one TLS route for appHost (plain HTTP redirected) to to, with a
 // certificate from ca; it waits for the "ingress started" line.
-func startIngress(t *testing.T, ca *testCA, http3 bool, to *target) *ingress {
+func startIngress(t *testing.T, ca *testCA, to *target) *ingress {
 	t.Helper()
 	in := &ingress{routes: filepath.Join(t.TempDir(), "routes.json")}
 	in.write(t, ca, 1, []*target{to}, false)
 	args := []string{
 		"--routes", in.routes,
 		"--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
-		fmt.Sprintf("--http3=%t", http3),
+		"--http3=true",
 		"--access-log", "--log-format", "json", "--log-level", "info",
 		"--drain-timeout", "2s",
 	}

@@ -98,7 +98,7 @@ type closed struct {
 // runMode runs everything on one mode: its own ingress and its own chromium.
 func runMode(t *testing.T, m mode, tl tools, ca *testCA, home string, a, b *target) {
 	began := time.Now()
-	in := startIngress(t, ca, m.http3, a)
+	in := startIngress(t, ca, a)
 	httpsPort, httpPort := port(t, in.p.HTTPS), port(t, in.p.HTTP)
 	origin := "https://" + appHost + ":" + httpsPort
 	flags := map[string]any{}

@@ -89,6 +89,7 @@ func newTarget(t *testing.T, name string) *target {
 	mux.HandleFunc("GET /sse", tg.sse)
 	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Target", name)
+		w.Header().Set("Cache-Control", "no-store") // every load goes through the ingress
 		mux.ServeHTTP(w, r)
 	}))
 	t.Cleanup(tg.srv.Close)
@@ -100,7 +101,6 @@ func (tg *target) addr() string { return tg.srv.Listener.Addr().String() }
 
 func (tg *target) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(pageHTML)
 }
 
@@ -118,7 +118,6 @@ func (tg *target) image(w http.ResponseWriter, r *http.Request) {
 	}
 	img.Set(0, 0, color.NRGBA{A: 255})
 	w.Header().Set("Content-Type", "image/png")
-	w.Header().Set("Cache-Control", "no-store")
 	_ = png.Encode(w, img)
 }
 
@@ -141,7 +140,6 @@ func (tg *target) item(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(map[string]any{"i": in.I, "square": in.I * in.I, "padLen": len(in.Pad), "method": r.Method})
 }
 
@@ -186,7 +184,6 @@ func (tg *target) websocket(w http.ResponseWriter, r *http.Request) {
 func (tg *target) sse(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
 	tick := time.NewTicker(ssePeriod)
 	defer tick.Stop()
 	capped := time.NewTimer(sseCap)
