@@ -135,14 +135,15 @@ function sameBytes(a, b) {
   return true;
 }
 
-// websocketEcho sends n messages of the given sizes, binary and text in turn, all at once,
-// and compares each echo with what was sent.
-async function websocketEcho(n, sizes) {
+// websocketEcho sends a message of each of the sizes, binary and text in turn, all at
+// once, and compares each echo with what was sent.
+async function websocketEcho(sizes) {
+  const n = sizes.length;
   const s = await openSock('/ws');
   const sent = [];
   let bytes = 0;
   for (let i = 0; i < n; i++) {
-    const size = sizes[i % sizes.length];
+    const size = sizes[i];
     const m = i % 2 === 0 ? randomBytes(size) : randomText(size);
     sent.push(m);
     bytes += typeof m === 'string' ? new TextEncoder().encode(m).length : size;
@@ -168,23 +169,27 @@ async function whoamiOf(s) {
   return s.next();
 }
 
-// sse listens to /sse for ms milliseconds, then closes the stream, and reports the event
-// ids in the order they came, the largest time between two events and the errors.
-function sse(ms) {
+// sse reads n events from /sse, then closes the stream, and reports the event ids in the
+// order they came, the longest wait for an event (the first one's counted from the
+// stream's opening) and the errors.
+function sse(n) {
   return new Promise((resolve) => {
     const es = new EventSource('/sse');
     const ids = [];
-    let last = 0;
+    let last = performance.now();
     let maxGapMs = 0;
     let errors = 0;
     es.onmessage = (e) => {
       const now = performance.now();
-      if (ids.length) maxGapMs = Math.max(maxGapMs, now - last);
+      maxGapMs = Math.max(maxGapMs, now - last);
       last = now;
       ids.push(Number(e.lastEventId));
+      if (ids.length === n) {
+        es.close();
+        resolve({ ids, maxGapMs, errors });
+      }
     };
     es.onerror = () => { errors++; };
-    setTimeout(() => { es.close(); resolve({ ids, maxGapMs, errors }); }, ms);
   });
 }
 
@@ -200,9 +205,9 @@ async function runChecks(cfg) {
     settle(jsonFetches(cfg.json)),
     settle(upload(cfg.upload)),
     settle(download()),
-    settle(websocketEcho(cfg.wsMessages, cfg.wsSizes)),
+    settle(websocketEcho(cfg.wsSizes)),
   ]);
-  const events = await settle(sse(cfg.sseMs));
+  const events = await settle(sse(cfg.sseEvents));
   return { images: imgs, json, upload: up, download: down, websocket: ws, sse: events };
 }
 
