@@ -313,8 +313,8 @@ func checkProtocols(t *testing.T, br *browser, in *ingress, m mode, origin strin
 	}
 	for _, path := range []string{"/", "/page.js", "/img/0.png", "/api/item", "/upload", "/download"} {
 		l := in.waitAccess(t, 5*time.Second, path, func(accessLine) bool { return true })
-		if l.Proto != m.logProto || l.Status != 200 {
-			t.Errorf("access log of %s: %v, want proto %s, status 200", path, l, m.logProto)
+		if l.Proto != m.logProto || l.Status != 200 || l.Error != "" {
+			t.Errorf("access log of %s: %v, want proto %s, status 200, no error", path, l, m.logProto)
 		}
 	}
 	// A WebSocket's line comes when it ends: wait for the four.
@@ -324,8 +324,8 @@ func checkProtocols(t *testing.T, br *browser, in *ingress, m mode, origin strin
 	logged := map[string]int{}
 	for _, l := range in.accessLines("/ws") {
 		logged[l.Lease]++
-		if l.Proto != m.wsLogProto || l.Method != m.wsMethod {
-			t.Errorf("access log of a WebSocket: %v, want proto %s, method %s", l, m.wsLogProto, m.wsMethod)
+		if l.Proto != m.wsLogProto || l.Method != m.wsMethod || int64(l.Status) != m.wsStatus || l.Error != "" {
+			t.Errorf("access log of a WebSocket: %v, want proto %s, method %s, status %d, no error", l, m.wsLogProto, m.wsMethod, m.wsStatus)
 		}
 	}
 	if !maps.Equal(logged, leases) {
