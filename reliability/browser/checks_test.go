@@ -160,4 +160,3 @@ func verifyChecks(t *testing.T, r *checkResults) {
 		}
 	}
 }
-
