@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -192,13 +191,7 @@ func checkClosedStream(t *testing.T, in *ingress, m mode, a *target, sseEndedBef
 	}
 	// The page closed the stream: the client left, which the access log says with 499
 	// (as for any client that goes away), not 200 with an internal error text.
-	// TODO(issue 27): the proxy fix that logs a stream the client closed as 499 is being
-	// made in another branch; once it is merged, drop BROWSER_EXPECT_499 and assert always.
-	if os.Getenv("BROWSER_EXPECT_499") == "1" {
-		if l.Status != 499 {
-			t.Errorf("access log of the event stream the page closed: %v, want status 499 (the client left)", l)
-		}
-	} else if l.Status != 499 {
-		t.Logf("TODO(issue 27): the event stream the page closed is logged as %v, not 499; BROWSER_EXPECT_499=1 makes this fail", l)
+	if l.Status != 499 || strings.Contains(l.Error, "closed network connection") {
+		t.Errorf("access log of the event stream the page closed: %v, want status 499 (the client left)", l)
 	}
 }
