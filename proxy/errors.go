@@ -199,7 +199,7 @@ func (s *Server) handshakeFailed(remote net.Addr, sni string, err error) {
 }
 
 // fixedAnswer is the whole of a fixed response, decided here once for every
-// front-end: net/http's path sets its fields into http.Header (writeOutcome), the fast
+// front-end: the list-field front-ends write them with writeFixed (relay.go), the fast
 // path appends them to its buffer (h1Conn.answer), each adding only what its connection
 // needs (Date, Alt-Svc, Connection).
 type fixedAnswer struct {
@@ -242,18 +242,6 @@ var fixedAnswers = func() (t [outcomeExpectation + 1]*fixedAnswer) {
 	}
 	return t
 }()
-
-// writeOutcome answers o's fixed response; it returns the body length written.
-func writeOutcome(w http.ResponseWriter, o outcome) int {
-	fa := fixedAnswers[o]
-	h := w.Header()
-	for _, f := range fa.fields {
-		h[f.name] = f.val
-	}
-	w.WriteHeader(fa.code)
-	n, _ := w.Write(fa.body)
-	return n
-}
 
 // appendLocation appends the target of the redirect to HTTPS (RedirectHTTP): the same
 // host without its port, the public HTTPS port (httpsPort, ":port" or empty), the same

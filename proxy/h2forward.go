@@ -128,16 +128,9 @@ func (x *h2Req) answer(o outcome) {
 	x.f.s.writeFixed((*h2Sink)(x.st), &x.exchangeRecord, o, x.rq.Method == http.MethodHead, x.f.altSvc)
 }
 
-// redirect answers 308 to HTTPS (appendLocation, errors.go).
+// redirect answers 308 to HTTPS (writeRedirect).
 func (x *h2Req) redirect() {
-	fields := []hpack.HeaderField{
-		{Name: "location", Value: string(appendLocation(nil, x.rq.Authority, x.f.s.httpsPort, x.rq.Path))},
-		{Name: "content-length", Value: "0"},
-	}
-	fields = x.f.s.commonFields(fields, false, x.f.altSvc)
-	x.status = http.StatusPermanentRedirect
-	x.out += headBytes(fields)
-	_ = x.st.WriteHead(http.StatusPermanentRedirect, fields, nil, true)
+	x.f.s.writeRedirect((*h2Sink)(x.st), &x.exchangeRecord, x.rq.Authority, x.rq.Path, x.f.altSvc)
 }
 
 // headBytes is a response head's decoded size: :status and the fields.

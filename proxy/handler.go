@@ -18,6 +18,7 @@ type reqState struct {
 	proto  stats.Proto
 	h1     bool // HTTP/1.1 on one of our connections: bytes come from the conn counters
 	secure bool
+	head   bool // a HEAD request: fixed answers carry no body
 	// The outcome; in and out by the HTTP/2 rule (decoded header fields plus body bytes)
 	// unless h1.
 	exchangeRecord
@@ -29,7 +30,7 @@ type reqState struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
-	rs := reqState{cc: connOf(r), proto: protoOf(r)}
+	rs := reqState{cc: connOf(r), proto: protoOf(r), head: r.Method == http.MethodHead}
 	if s.accessLog != nil {
 		rs.start = time.Now()
 	}
@@ -149,29 +150,17 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	}
 }
 
-// answer writes o's fixed response and records it.
+// answer writes o's fixed response (writeFixed) and records it.
 func (s *Server) answer(w http.ResponseWriter, rs *reqState, o outcome) {
-	n := writeOutcome(w, o)
-	rs.status = o.status()
-	if !rs.h1 {
-		rs.out += responseFieldBytes(w.Header()) + int64(n)
-	}
+	k := httpSink{w: w}
+	s.writeFixed(&k, &rs.exchangeRecord, o, rs.head, rs.altSvc)
 }
 
-// redirect answers 308 to HTTPS (appendLocation).
+// redirect answers 308 to HTTPS (writeRedirect).
 func (s *Server) redirect(w http.ResponseWriter, r *http.Request, rs *reqState) {
-	loc := appendLocation(nil, r.Host, s.httpsPort, r.URL.RequestURI())
-	h := w.Header()
-	h["Location"] = []string{string(loc)}
-	h["Content-Length"] = valZero
-	w.WriteHeader(http.StatusPermanentRedirect)
-	rs.status = http.StatusPermanentRedirect
-	if !rs.h1 {
-		rs.out += responseFieldBytes(h)
-	}
+	k := httpSink{w: w, r: r}
+	s.writeRedirect(&k, &rs.exchangeRecord, r.Host, r.URL.RequestURI(), rs.altSvc)
 }
-
-var valZero = []string{"0"}
 
 // finish does the request's accounting, once: the route's counters (when the host matched
 // a route) and the totals (always), then the access log line.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"net/http"
 	"strconv"
 	"time"
 	"unsafe"
@@ -399,6 +400,18 @@ func (s *Server) commonFields(fields []hpack.HeaderField, hasDate, altSvc bool) 
 		fields = append(fields, hpack.HeaderField{Name: "alt-svc", Value: s.h3.altSvc[0]})
 	}
 	return fields
+}
+
+// writeRedirect writes the 308 to HTTPS (appendLocation, errors.go) for host and target
+// to sink, and records it.
+func (s *Server) writeRedirect(sink answerSink, rec *exchangeRecord, host, target string, altSvc bool) {
+	fields := append(sink.fields(4),
+		hpack.HeaderField{Name: "location", Value: string(appendLocation(nil, host, s.httpsPort, target))},
+		hpack.HeaderField{Name: "content-length", Value: "0"})
+	fields = s.commonFields(fields, false, altSvc)
+	rec.status = http.StatusPermanentRedirect
+	rec.out += headBytes(fields)
+	_ = sink.head(http.StatusPermanentRedirect, fields, nil, true)
 }
 
 // writeFixed writes o's fixed answer (fixedAnswers, errors.go) to sink, without its body
