@@ -12,6 +12,7 @@ import (
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
+	"github.com/serve-zone/ingress/routetable"
 )
 
 // The byte-level exchange with a target, shared by the HTTP/1.1 fast path
@@ -77,30 +78,41 @@ func (w *upWork) reset() {
 // went away.
 type clientWatch interface{ clientGone() bool }
 
-// exchange sends w.wb to addr over a pooled or new connection and reads the response
+// attempt is one request's try at one target, as Server.exchange sends it; it lives on
+// the forwarding goroutine's stack.
+type attempt struct {
+	route      *routetable.Entry // the request's route
+	addr       string            // the target being tried
+	start      time.Time         // the request's start, from which the header timeout runs
+	watch      clientWatch       // tells that the client went away while the target thinks
+	replayable bool              // the request may be sent again by itself (upstream.Replayable)
+	up         *uploader         // sends the body as it comes; nil when the head carries it all
+	// upgrade: a tunnel's handshake. It goes on a new connection, never a pooled one, and
+	// a 101 is its final answer; the tunnel then takes the connection over
+	// (upstream.Conn.Detach).
+	upgrade bool
+}
+
+// exchange sends w.wb to a.addr over a pooled or new connection and reads the response
 // head into w.up. A pooled connection that turns out dead before any response byte is
 // replaced once by a new one under the pools' rule (upstream.MayReplay); w.wb holds the
 // whole request head (and, on the fast path, the body), so nothing the client sent is
-// lost by sending it again, unless up (an HTTP/2 request's body, sent as it comes) took
-// some of it. now is the request's start, from which the header timeout runs.
-//
-// With upgrade set the request asks to switch protocols (a tunnel's handshake): it goes
-// on a new connection, never a pooled one, and a 101 is its final answer; the tunnel
-// then takes the connection over (upstream.Conn.Detach).
-func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch, replayable bool, up *uploader, upgrade bool) (*upstream.Conn, error) {
+// lost by sending it again, unless a.up (a body sent as it comes) took some of it.
+func (s *Server) exchange(w *upWork, a attempt) (*upstream.Conn, error) {
 	ps := s.up.Pools
+	up := a.up
 	var uc *upstream.Conn
-	if !upgrade {
-		uc = ps.Get(addr, s.up.now())
+	if !a.upgrade {
+		uc = ps.Get(a.addr, s.up.now())
 	}
 	for retried := false; ; retried = true {
 		if uc == nil {
 			var err error
-			if uc, err = ps.Dial(context.Background(), addr); err != nil {
+			if uc, err = ps.Dial(context.Background(), a.addr); err != nil {
 				return nil, err
 			}
 		}
-		err := s.roundTrip(w, uc, now, cw, up, upgrade)
+		err := s.roundTrip(w, uc, &a)
 		if err == nil {
 			return uc, nil
 		}
@@ -108,7 +120,7 @@ func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch,
 		if up != nil && up.clientErr != nil {
 			return nil, err // the client's body failed: nothing to send again
 		}
-		if upstream.MayReplay(uc, retried, err, up != nil && up.took.Load(), replayable) {
+		if upstream.MayReplay(uc, retried, err, up != nil && up.took.Load(), a.replayable) {
 			uc = nil
 			continue
 		}
@@ -116,15 +128,23 @@ func (s *Server) exchange(w *upWork, addr string, now time.Time, cw clientWatch,
 	}
 }
 
+// headerTimeout is how long route's targets may take to start their answer, counted from
+// the end of the request.
+func (s *Server) headerTimeout(route *routetable.Entry) time.Duration {
+	return s.up.HeaderTimeout
+}
+
 // roundTrip writes the request and reads the response head (skipping 1xx interim
-// answers by upstream.Limits.Interim; a 100 lets up's body go). With up, the body is sent
-// by it from when the head is written. On error uc is closed.
-func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clientWatch, up *uploader, upgrade bool) error {
+// answers by upstream.Limits.Interim; a 100 lets a.up's body go). With a.up, the body is
+// sent by it from when the head is written. On error uc is closed.
+func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, a *attempt) error {
 	ps := s.up.Pools
+	now, cw, up, upgrade := a.start, a.watch, a.up, a.upgrade
+	wait := s.headerTimeout(a.route)
 	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
 	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
 	// so that a client that went away does not leave its request running on the target.
-	deadline := now.Add(ps.HeaderTimeout)
+	deadline := now.Add(wait)
 	next := now.Add(h1ClientWatch)
 	// A slice's end that comes early only checks the client once more (below).
 	_ = uc.ReadDeadlineBy(earliest(deadline, next), h1ClientWatch/4)
@@ -184,7 +204,7 @@ func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, now time.Time, cw clien
 				if up.running() {
 					// The header timeout counts from the end of the request: a body still
 					// going out (a large upload) moves it on.
-					deadline = now.Add(ps.HeaderTimeout)
+					deadline = now.Add(wait)
 				}
 				if now.Before(deadline) {
 					if cw.clientGone() {

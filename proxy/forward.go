@@ -116,7 +116,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		te:         te,
 		fwd:        forwardedFor{clientIP: ip, host: r.Host, https: rs.secure, trusted: s.isTrusted(ip)},
 	}
-	b, plan := appendHead(fw.wb[:0], &fw.lf, &h, &fw.fwd)
+	b, plan := appendHead(fw.wb[:0], &fw.lf, &h)
 	fw.wb = b
 	fw.lf = listFields{}
 
@@ -152,7 +152,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 			return
 		}
 		rs.backend = tgt
-		uc, err := s.exchange(&fw.upWork, tgt.Addr, start, reqWatch{r}, replay, up, false)
+		uc, err := s.exchange(&fw.upWork, attempt{route: rs.entry, addr: tgt.Addr, start: start, watch: reqWatch{r}, replayable: replay, up: up})
 		if err == nil {
 			walk.took()
 			rs.err = nil

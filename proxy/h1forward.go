@@ -135,7 +135,7 @@ func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte) (status in
 			return c.answer(w, walk.last), false
 		}
 		c.backend = b
-		uc, err := c.exchange(w, b.Addr)
+		uc, err := c.exchange(w, e, b.Addr)
 		if err == nil {
 			walk.took()
 			status, abort = c.relay(w, uc, e)
@@ -192,16 +192,16 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 		te:  req.TETrailers,
 		fwd: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), https: c.secure, trusted: c.trusted},
 	}
-	b, _ := appendHead(w.wb[:0], h1Fields{req}, &h, &w.fwd)
+	b, _ := appendHead(w.wb[:0], h1Fields{req}, &h)
 	w.wb = append(b, body...)
 }
 
 // exchange sends w.wb to addr (Server.exchange, exchange.go) and reads the response
 // head into w.up.
-func (c *h1Conn) exchange(w *h1Work, addr string) (*upstream.Conn, error) {
+func (c *h1Conn) exchange(w *h1Work, e *routetable.Entry, addr string) (*upstream.Conn, error) {
 	// The body is in memory: nothing was taken from the client that a new connection
 	// could not send again.
-	return c.s.exchange(&w.upWork, addr, c.now, c, replayable(&w.req), nil, false)
+	return c.s.exchange(&w.upWork, attempt{route: e, addr: addr, start: c.now, watch: c, replayable: replayable(&w.req)})
 }
 
 // clientGone reports a client that closed or reset its connection while its target

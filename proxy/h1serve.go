@@ -116,7 +116,6 @@ type h1Work struct {
 	upWork
 	req       h1wire.Request
 	reqFields [h1wire.MaxFields]h1wire.Field
-	fwd       bytesFwdSink[h1Fields] // buildRequest's forwarding-field sink
 }
 
 var h1Works = sync.Pool{New: func() any {

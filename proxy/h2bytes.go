@@ -34,8 +34,7 @@ type h2Work struct {
 	lf     listFields
 	kinds  [32]uint8 // lf's kinds, for requests with up to 32 fields
 	target []byte    // the request-target, escaped as it goes
-	fwd    bytesFwdSink[*listFields]
-	body   uploader // the request body's, when it has one
+	body   uploader  // the request body's, when it has one
 	// net/http's front-ends only (forward.go):
 	hf   []hpack.HeaderField // the request's header, flattened
 	tb   trackedBody
@@ -85,7 +84,7 @@ func (x *h2Req) forwardBytes() {
 			return
 		}
 		x.backend = b
-		uc, err := s.exchange(&w.upWork, b.Addr, start, (*h2Watch)(x.st), replay, up, false)
+		uc, err := s.exchange(&w.upWork, attempt{route: x.entry, addr: b.Addr, start: start, watch: (*h2Watch)(x.st), replayable: replay, up: up})
 		if err == nil {
 			walk.took()
 			x.err = nil
@@ -152,7 +151,7 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 		te:         w.lf.hasKind(h1wire.KindTE), // the engine admits "trailers" only
 		fwd:        forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted},
 	}
-	b, plan := appendHead(w.wb[:0], &w.lf, &h, &w.fwd)
+	b, plan := appendHead(w.wb[:0], &w.lf, &h)
 	w.wb = b
 	w.lf = listFields{}
 	if up != nil {

@@ -41,7 +41,7 @@ func (x *h2Req) tunnel() {
 		fwd: forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}}
 	e := x.entry
 	walk := newWalk(s, e)
-	u := upgrade(s, &walk, &w.upWork, &w.lf, &h, &w.fwd, (*h2Watch)(st))
+	u := upgrade(s, &walk, &w.upWork, &w.lf, &h, (*h2Watch)(st))
 	w.lf = listFields{}
 	x.backend, x.err = walk.b, u.err
 	switch {

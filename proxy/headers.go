@@ -105,57 +105,17 @@ func (s *Server) isTrusted(ip string) bool {
 }
 
 // The forwarding-field policy, decided here once for every front-end (outhead.go's
-// appendHead applies it through bytesFwdSink, whatever representation the request's
-// fields came in). From an untrusted client, X-Forwarded-For, -Proto, -Host,
-// Forwarded and X-Real-Ip are dropped and the ingress's own written; from a trusted proxy
+// appendHead calls appendForwarding, whatever representation the request's fields came
+// in). From an untrusted client, X-Forwarded-For, -Proto, -Host, Forwarded and X-Real-Ip
+// are dropped (requestFieldRules) and the ingress's own written; from a trusted proxy
 // (--trusted-proxies), X-Forwarded-For and Forwarded are extended with this hop, and its
 // X-Forwarded-Proto, -Host and X-Real-Ip kept (written by us when absent). Look-alikes
-// spelled with '_' (X_Forwarded_For) are never forwarded (forwardingLookalike).
+// spelled with '_' (X_Forwarded_For) are never forwarded (h1wire.ForwardingLookalike).
 
 // keepsClientForwarding reports whether the client's own forwarding fields survive.
 func (f *forwardedFor) keepsClientForwarding() bool { return f.trusted }
 
-// forwardingSink is where writeForwarding puts the fields, in the front-end's form.
-type forwardingSink interface {
-	// has reports whether the forwarded request still carries a client field of kind k
-	// (fkXFProto or fkXFHost).
-	has(k uint8) bool
-	// extendFor writes X-Forwarded-For: the client's values that survive, then ip.
-	extendFor(ip string)
-	// extendForwarded writes Forwarded: the client's elements that survive, then ours
-	// (appendForwardedElement).
-	extendForwarded(f forwardedFor)
-	// set writes one field of kind k (fkXFProto or fkXFHost).
-	set(k uint8, v string)
-}
-
-// writeForwarding writes this hop's forwarding fields into s (after the client's
-// fields were dropped or kept as keepsClientForwarding says).
-func writeForwarding[S forwardingSink](s S, f forwardedFor) {
-	s.extendFor(f.clientIP)
-	s.extendForwarded(f)
-	if !s.has(h1wire.KindXFProto) {
-		proto := "http"
-		if f.https {
-			proto = "https"
-		}
-		s.set(h1wire.KindXFProto, proto)
-	}
-	if !s.has(h1wire.KindXFHost) {
-		s.set(h1wire.KindXFHost, f.host)
-	}
-}
-
-// bytesFwdSink is a forwardingSink that appends to an outgoing HTTP/1.1 head; the
-// client's own fields come from src (the fast path's parsed head, or an HTTP/2
-// request's fields).
-type bytesFwdSink[S fieldSource] struct {
-	b   []byte
-	src S
-	f   forwardedFor
-}
-
-// fieldSource is a request's fields as bytesFwdSink reads them.
+// fieldSource is a request's fields as appendForwarding reads them.
 type fieldSource interface {
 	// hasKind reports a field of kind k (h1wire.Kind*).
 	hasKind(k uint8) bool
@@ -163,39 +123,34 @@ type fieldSource interface {
 	appendValues(b []byte, k uint8) []byte
 }
 
-func (s *bytesFwdSink[S]) has(k uint8) bool {
-	return s.f.keepsClientForwarding() && s.src.hasKind(k)
-}
-
-func (s *bytesFwdSink[S]) extendFor(ip string) {
-	s.b = append(s.b, "X-Forwarded-For: "...)
-	s.appendPrior(h1wire.KindXFF)
-	s.b = append(s.b, ip...)
-	s.b = append(s.b, "\r\n"...)
-}
-
-func (s *bytesFwdSink[S]) extendForwarded(f forwardedFor) {
-	s.b = append(s.b, "Forwarded: "...)
-	s.appendPrior(h1wire.KindForwarded)
-	s.b = appendForwardedElement(s.b, f.clientIP, f.host, f.https)
-	s.b = append(s.b, "\r\n"...)
-}
-
-func (s *bytesFwdSink[S]) set(k uint8, v string) {
-	if k == h1wire.KindXFProto {
-		s.b = append(s.b, "X-Forwarded-Proto: "...)
-	} else {
-		s.b = append(s.b, "X-Forwarded-Host: "...)
+// appendForwarding appends this hop's forwarding fields to an outgoing head, after the
+// client's own were dropped or kept as keepsClientForwarding says (src holds them).
+func appendForwarding[S fieldSource](b []byte, src S, f forwardedFor) []byte {
+	trusted := f.keepsClientForwarding()
+	b = append(b, "X-Forwarded-For: "...)
+	if trusted {
+		b = src.appendValues(b, h1wire.KindXFF)
 	}
-	s.b = append(s.b, v...)
-	s.b = append(s.b, "\r\n"...)
-}
-
-// appendPrior appends the client's values of the fields of kind k that survive.
-func (s *bytesFwdSink[S]) appendPrior(k uint8) {
-	if s.f.keepsClientForwarding() {
-		s.b = s.src.appendValues(s.b, k)
+	b = append(b, f.clientIP...)
+	b = append(b, "\r\nForwarded: "...)
+	if trusted {
+		b = src.appendValues(b, h1wire.KindForwarded)
 	}
+	b = appendForwardedElement(b, f.clientIP, f.host, f.https)
+	b = append(b, "\r\n"...)
+	if !trusted || !src.hasKind(h1wire.KindXFProto) {
+		if f.https {
+			b = append(b, "X-Forwarded-Proto: https\r\n"...)
+		} else {
+			b = append(b, "X-Forwarded-Proto: http\r\n"...)
+		}
+	}
+	if !trusted || !src.hasKind(h1wire.KindXFHost) {
+		b = append(b, "X-Forwarded-Host: "...)
+		b = append(b, f.host...)
+		b = append(b, "\r\n"...)
+	}
+	return b
 }
 
 // appendForwardedElement appends one RFC 7239 element for a request, the one spelling

@@ -38,9 +38,8 @@ func FuzzHeaderRewrite(f *testing.F) {
 		var lf listFields
 		lf.fields = appendHeaderFields(nil, h)
 		lf.classify(nil)
-		var fs bytesFwdSink[*listFields]
 		b, _ := appendHead(nil, &lf, &outHead{method: "GET", target: "/", host: host, te: teTrailers,
-			fwd: forwardedFor{clientIP: ip, host: host}}, &fs)
+			fwd: forwardedFor{clientIP: ip, host: host}})
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b)))
 		if err != nil {
 			t.Fatalf("head %q: %v", b, err)

@@ -50,7 +50,7 @@ var requestFieldRules = func() (t [256]fieldRule) {
 }()
 
 // headFields is a request's fields, in a front-end's representation, as appendHead reads
-// them (and writeForwarding, through fieldSource).
+// them (and appendForwarding, through fieldSource).
 type headFields interface {
 	fieldSource
 	count() int
@@ -88,9 +88,8 @@ type headPlan struct {
 // appendHead appends the outgoing HTTP/1.1 request head for src and h to b: the request
 // line, Host, the client's fields by requestFieldRules, the upgrade fields, the framing
 // of the body as it will be sent (derived from it, never copied), this hop's forwarding
-// fields (writeForwarding) and the blank line. fs is the caller's forwarding sink (kept
-// in its work area, so that nothing escapes per request).
-func appendHead[S headFields](b []byte, src S, h *outHead, fs *bytesFwdSink[S]) ([]byte, headPlan) {
+// fields (appendForwarding) and the blank line.
+func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 	var plan headPlan
 	b = append(b, h.method...)
 	b = append(b, ' ')
@@ -152,10 +151,7 @@ func appendHead[S headFields](b []byte, src S, h *outHead, fs *bytesFwdSink[S]) 
 		b = strconv.AppendInt(b, max(h.length, 0), 10)
 		b = append(b, "\r\n"...)
 	}
-	*fs = bytesFwdSink[S]{b: b, src: src, f: h.fwd}
-	writeForwarding(fs, fs.f)
-	b = fs.b
-	*fs = bytesFwdSink[S]{}
+	b = appendForwarding(b, src, h.fwd)
 	return append(b, "\r\n"...), plan
 }
 

@@ -41,17 +41,17 @@ type upgradeResult struct {
 // breaks or times out (ResponseHeaderTimeout), or a 101 without Upgrade: websocket, is a
 // handshake failure (counted and logged). With uc set the target took the request
 // (walk.took): the caller ends it with walk.done.
-func upgrade[S headFields](s *Server, walk *targetWalk, w *upWork, src S, h *outHead, fs *bytesFwdSink[S], cw clientWatch) upgradeResult {
+func upgrade[S headFields](s *Server, walk *targetWalk, w *upWork, src S, h *outHead, cw clientWatch) upgradeResult {
 	h.method, h.upgrade = http.MethodGet, true
 	h.body, h.zeroLength, h.trailers = false, false, false
-	w.wb, _ = appendHead(w.wb[:0], src, h, fs)
+	w.wb, _ = appendHead(w.wb[:0], src, h)
 	start := time.Now()
 	for {
 		b := walk.next()
 		if b == nil {
 			return upgradeResult{oc: walk.last}
 		}
-		uc, err := s.exchange(w, b.Addr, start, cw, false, nil, true)
+		uc, err := s.exchange(w, attempt{route: walk.e, addr: b.Addr, start: start, watch: cw, upgrade: true})
 		if err == nil && w.res.Status == http.StatusSwitchingProtocols && !upgradesToWebSocket(&w.res) {
 			uc.Close()
 			err = errNoUpgrade
@@ -156,7 +156,7 @@ func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqStat
 	h := outHead{target: r.URL.RequestURI(), host: r.Host, te: te, newKey: connect,
 		fwd: forwardedFor{clientIP: ip, host: r.Host, https: rs.secure, trusted: s.isTrusted(ip)}}
 	walk := newWalk(s, rs.entry)
-	u := upgrade(s, &walk, &uw.upWork, &uw.lf, &h, &uw.fwd, reqWatch{r})
+	u := upgrade(s, &walk, &uw.upWork, &uw.lf, &h, reqWatch{r})
 	uw.lf = listFields{}
 	rs.backend, rs.err = walk.b, u.err
 	switch {
