@@ -264,13 +264,8 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 	b = append(b, "\r\n"...)
 	for i := range res.Fields {
 		f := &res.Fields[i]
-		switch f.Kind {
-		case h1wire.KindDrop, h1wire.KindConnection, h1wire.KindKeepAlive, h1wire.KindTransferEncoding, h1wire.KindContentLength:
+		if !answerFieldGoesOn(f.Kind, c.altSvc) {
 			continue // framing is written below, from what we relay
-		case h1wire.KindAltSvc:
-			if c.altSvc {
-				continue // we are the origin the client talks to
-			}
 		}
 		b = append(b, head[f.NS:f.VE]...)
 		b = append(b, "\r\n"...)

@@ -352,23 +352,10 @@ func (r *relay) fields(res *h1wire.Response, frame int) []hpack.HeaderField {
 	str := func(at int) string { return unsafe.String(&arena[at], len(arena)-at) }
 	for i := range res.Fields {
 		f := &res.Fields[i]
-		switch f.Kind {
-		case h1wire.KindConnection, h1wire.KindKeepAlive, h1wire.KindTransferEncoding, h1wire.KindContentLength:
+		if !answerFieldGoesOn(f.Kind, r.altSvc) {
 			continue
-		case h1wire.KindDrop:
-			if frame != frameChunked || !eqFoldBytes(f.Name(head), "trailer") {
-				continue
-			}
-			// A chunked body's announced trailers are relayed: the announcement too.
-		case h1wire.KindAltSvc:
-			if r.altSvc {
-				continue // we are the origin the client talks to
-			}
 		}
 		value := f.Value(head)
-		if len(value) == 0 && f.Kind == h1wire.KindDrop {
-			continue
-		}
 		at := len(arena)
 		arena = appendLower(arena, f.Name(head))
 		name := str(at)
@@ -400,6 +387,21 @@ func (s *Server) commonFields(fields []hpack.HeaderField, hasDate, altSvc bool) 
 		fields = append(fields, hpack.HeaderField{Name: "alt-svc", Value: s.h3.altSvc[0]})
 	}
 	return fields
+}
+
+// answerFieldGoesOn is the one rule for a target's answer fields, on both relays: hop-by-hop
+// and framing fields stay behind (the framing is written from what is relayed; Trailer,
+// which announces a chunked body's trailers, goes on: h1wire classifies it so), and so
+// does the target's Alt-Svc when the ingress announces its own HTTP/3 (it is the origin
+// the client talks to).
+func answerFieldGoesOn(kind uint8, altSvc bool) bool {
+	switch kind {
+	case h1wire.KindDrop, h1wire.KindConnection, h1wire.KindKeepAlive, h1wire.KindTransferEncoding, h1wire.KindContentLength:
+		return false
+	case h1wire.KindAltSvc:
+		return !altSvc
+	}
+	return true
 }
 
 // writeRedirect writes the 308 to HTTPS (appendLocation, errors.go) for host and target
