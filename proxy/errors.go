@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -86,23 +85,6 @@ type dialError struct{ err error }
 
 func (e *dialError) Error() string { return "dial target: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
-
-// classify maps a RoundTrip error. Client-side causes come first: a request whose client
-// went away or whose body could not be read is never a backend failure. A stalled body
-// comes before everything: on HTTP/1.1 the failed read also cancels the request's
-// context, and that client still gets its 408.
-func classify(err error, r *http.Request, body *trackedBody) outcome {
-	if body != nil && body.timedOut.Load() {
-		return outcomeBodyTimeout
-	}
-	if r.Context().Err() != nil || errors.Is(err, context.Canceled) {
-		return outcomeClientGone
-	}
-	if body != nil && body.failed.Load() {
-		return outcomeClientBody
-	}
-	return classifyUpstream(err)
-}
 
 // classifyUpstream maps an error of the exchange with a target: a dial failure, a
 // timeout awaiting the answer, or any other failure of the request (the fast path's

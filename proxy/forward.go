@@ -17,19 +17,14 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// trackedBody passes the client's request body to the transport. Its Close does nothing,
-// so that a request whose dial failed can be sent again (the transport closes bodies even
-// on errors; the server closes the real one after the handler). It records whether
-// anything was read (then the request is never retried) and whether reading failed (a
-// client fault, not a backend failure). The lean upstream reads it on the handler's
-// goroutine, the fallback http.Transport on its own.
-//
-// Once forward has set up progress, it also enforces Config.ClientBodyTimeout.
+// trackedBody is net/http's request body as the uploader reads it (httpBody): it counts
+// what was read, stops at the request's length without touching net/http's body again,
+// records whether reading failed (a client fault, not a backend failure) and, once forward
+// has set up progress, enforces Config.ClientBodyTimeout.
 type trackedBody struct {
 	rc      io.ReadCloser
 	limit   int64 // the request's Content-Length; > 0
 	n       atomic.Int64
-	started atomic.Bool
 	failed  atomic.Bool
 	// timedOut: the body stalled (ClientBodyTimeout); failed is set too.
 	timedOut atomic.Bool
@@ -37,9 +32,6 @@ type trackedBody struct {
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
-	if !b.started.Load() {
-		b.started.Store(true)
-	}
 	// At Content-Length the body is whole: EOF without touching the server's body.
 	// http.Transport reads once more after the last byte to see EOF; should the target
 	// have answered by then, net/http's server may already have closed the body (it

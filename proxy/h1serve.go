@@ -20,7 +20,7 @@ import (
 //
 // Every TCP connection (plain or TLS) starts here, on one goroutine that reads requests
 // into its own buffer, parses them in place (proxy/internal/h1wire), forwards them to a target over
-// the lean upstream's pooled connections and relays the answer (h1forward.go): no
+// the shared exchange's pooled connections and relays the answer (h1forward.go): no
 // goroutine hand-off, no header maps, no background read per request, one write per
 // response when it fits. This is what makes HTTP/1.1 keep-alive traffic cheap (see
 // bench/README.md for the before and after).

@@ -15,18 +15,17 @@ import (
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 )
 
-// The HTTP/2 hot path: a stream whose request has no body (END_STREAM on its HEADERS,
-// which is nearly every GET) is forwarded at the byte level, as the HTTP/1.1 fast path
-// forwards: the request is written into bytes (buildRequest), sent by the shared
-// exchange (exchange.go) and the response head parsed by h1wire; the body is relayed as
-// DATA (a chunked one de-chunked by h1wire.ChunkScanner.Decode, its trailers sent as
-// trailers). Requests with a body take the streaming path (h2forward.go), which sends
-// it through net/http's request writer.
+// The HTTP/2 forward: every stream's request goes to a target at the byte level, as the
+// HTTP/1.1 fast path's does: its head written by appendHead (buildRequest), sent by the
+// shared exchange (exchange.go), a body streamed as its DATA arrives (h2upload.go), the
+// answer's head parsed by h1wire and relayed by relay.run into the stream (relay.go: a
+// chunked body de-chunked, its trailers sent as trailers).
 //
-// Framing is derived from what is forwarded, never copied: the outgoing request has no
-// body, so it carries no Content-Length except the "0" RFC 9110 §8.6 asks for on
-// methods that define content (as net/http's writer does); the response to the client
-// gets a content-length from the length the target's framing gave, nothing else.
+// Framing is derived from what is forwarded, never copied: a body goes under the
+// content-length the client stated (and the engine enforced) or chunked; a bodiless
+// request carries no Content-Length except the "0" RFC 9110 §8.6 asks for on methods
+// that define content (as net/http's writer does); the answer gets a content-length from
+// the length the target's framing gave, nothing else.
 
 // h2Work is a stream's work area for the byte-level exchange.
 type h2Work struct {

@@ -19,8 +19,7 @@ import (
 // fixed answers, redirect, target walk, forwarding-field policy, hop-by-hop set,
 // accounting and access log as the other front-ends (core.go), with no
 // http.Request/ResponseWriter on the client side. The hot path starts at ServeH2, on
-// the stream's goroutine. Targets are reached through the upstream pools' RoundTrip
-// (upstream.go), which takes the outgoing request as an http.Request.
+// the stream's goroutine; requests go to targets at the byte level (h2bytes.go).
 type h2Front struct {
 	s       *Server
 	cc      *clientConn

@@ -134,7 +134,7 @@ func (st *Stream) run() {
 		st.ctx.cancel()
 		st.finishLocked() // the stream may be reused from here on
 		c.mu.Unlock()
-		if p != nil && p != errAbortHandler {
+		if p != nil {
 			if c.cfg.OnPanic == nil {
 				panic(fmt.Sprintf("h2: handler panic on stream %d: %v", id, p))
 			}
@@ -143,9 +143,6 @@ func (st *Stream) run() {
 	}()
 	st.h.ServeH2(st)
 }
-
-// errAbortHandler may be panicked with by a handler to reset its stream quietly.
-var errAbortHandler = &struct{ s string }{"abort"}
 
 // finishLocked ends the response when the handler returned without doing so.
 func (st *Stream) finishLocked() {
@@ -436,10 +433,6 @@ func (st *Stream) Reset(code http2.ErrCode) {
 	}
 	_ = c.streamErrorNoCharge(st, code)
 }
-
-// Abort resets the stream from inside the handler and ends it (it panics with a value
-// the stream's goroutine recovers).
-func Abort() { panic(errAbortHandler) }
 
 // minStreamBuffer is what a stream may always queue (one DATA frame of the default size).
 const minStreamBuffer = defaultMaxFrame
