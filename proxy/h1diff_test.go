@@ -665,9 +665,9 @@ func newDiffPair(tb testing.TB, trusted bool) *diffPair {
 		if h1Off {
 			// newEnv's Serve already runs, but no connection has been accepted yet, and
 			// each connection's goroutine, which reads h1Off, starts after acceptLoop's
-			// h1.add locked h1.mu: locking it here orders our write before that read.
-			e.srv.h1Off = true
+			// h1.add locked h1.mu: writing under it orders our write before that read.
 			e.srv.h1.mu.Lock()
+			e.srv.h1Off = true
 			e.srv.h1.mu.Unlock()
 		}
 		tg := newDiffTarget(tb)

@@ -9,12 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -280,10 +278,6 @@ func TestUpstreamRetryRule(t *testing.T) {
 			}
 		})
 	}
-}
-
-func connReset() error {
-	return &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 }
 
 func TestUpstreamConnectionCloseHonoured(t *testing.T) {

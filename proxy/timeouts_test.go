@@ -50,8 +50,8 @@ func withProgressTimeouts(logs **observer.ObservedLogs) func(*Config) {
 // netHTTPOnly makes every HTTP/1.1 connection go to net/http at once (Server.h1Off; see
 // newDiffPair for why the lock orders the write before the connections' reads).
 func (e *env) netHTTPOnly() {
-	e.srv.h1Off = true
 	e.srv.h1.mu.Lock()
+	e.srv.h1Off = true
 	e.srv.h1.mu.Unlock()
 }
 
