@@ -75,10 +75,14 @@ const stallTick = 5 * time.Millisecond
 // watchStalls measures, until stop, how late this process runs a goroutine that asks to
 // run every stallTick; stop returns the longest delay. While this process is held still
 // (the machine's other work, a garbage collection), its timers fire late, and a deadline
-// can pass before the process sees the bytes that arrived in time.
-func watchStalls() (stop func() time.Duration) {
+// can pass before the process sees the bytes that arrived in time. A watch not stopped
+// by the test's end is stopped then.
+func watchStalls(t *testing.T) (stop func() time.Duration) {
 	var l lateness
 	done, stopped := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	end := func() { once.Do(func() { close(done) }); <-stopped }
+	t.Cleanup(end)
 	go func() {
 		defer close(stopped)
 		t := time.NewTimer(stallTick)
@@ -96,8 +100,7 @@ func watchStalls() (stop func() time.Duration) {
 		}
 	}()
 	return func() time.Duration {
-		close(done)
-		<-stopped
+		end()
 		return l.longest()
 	}
 }

@@ -420,7 +420,7 @@ func TestProgressingTransfersAreNotCut(t *testing.T) {
 			t.Run("target pauses taking an upload", func(t *testing.T) {
 				const size = 32 << 20 // more than the socket buffers hold: the proxy waits
 				untilConclusive(t, 3, progressTimeout/2, func(t *testing.T) (bool, time.Duration, string) {
-					stalls := watchStalls()
+					stalls := watchStalls(t)
 					status, b := upload(cl.c.Post(cl.base+"slow.example.test/up", "application/octet-stream", io.LimitReader(zeros{}, size)))
 					stalled := stalls()
 					return uploadVerdict(t, logs, status, b, size, stalled, fmt.Sprintf("this process stalled up to %s", stalled))
@@ -430,7 +430,7 @@ func TestProgressingTransfersAreNotCut(t *testing.T) {
 				// 2 KiB every 100 ms: each 300 ms window gets its 1 KiB.
 				const size = 12 * (2 << 10)
 				untilConclusive(t, 3, progressTimeout/2, func(t *testing.T) (bool, time.Duration, string) {
-					stalls := watchStalls()
+					stalls := watchStalls(t)
 					var late lateness
 					pr, pw := io.Pipe()
 					wrote := make(chan struct{})
@@ -509,7 +509,7 @@ func TestSlowSteadyReaderIsNotCut(t *testing.T) {
 	opened, closed := make(chan struct{}, 4), make(chan struct{}, 4)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{bigTarget(t, size, opened, closed)}}})
 	untilConclusive(t, 3, progressTimeout/2, func(t *testing.T) (bool, time.Duration, string) {
-		stalls := watchStalls()
+		stalls := watchStalls(t)
 		n, status, readerLate, took := readSlowlyElsewhere(t, slowRead{addr: e.http, host: "app.example.test", path: "/big",
 			chunk: 128 << 10, pace: 10 * time.Millisecond, window: progressTimeout})
 		stalled := stalls()
