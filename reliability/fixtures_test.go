@@ -13,9 +13,9 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/relaysim"
 	"github.com/serve-zone/ingress/routetable"
 )
@@ -61,7 +61,7 @@ func startRelay(t *testing.T) (*relaysim.Server, string) {
 // waitReady polls /readyz until it answers 200.
 func waitReady(t *testing.T, p *proc) {
 	t.Helper()
-	eventually(t, waitLimit, "/readyz 200", func() (bool, string) {
+	testwait.UntilWhy(t, waitLimit, "/readyz 200", func() (bool, string) {
 		resp, err := adminClient.Get("http://" + p.Admin + "/readyz")
 		if err != nil {
 			return false, err.Error()
@@ -69,22 +69,6 @@ func waitReady(t *testing.T, p *proc) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
-}
-
-// eventually polls cond every 20 ms until it holds, failing after limit with its last reason.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, limit, why)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // client is a keep-alive client (h2 over TLS when offered) whose idle connections close at

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -305,7 +306,7 @@ func floodWithinBound(t *testing.T, p *proc, kind int, from net.IP, last bool) b
 	// A penalty ends: the attacker's address is served again (penalties last 16 s at
 	// most; a connection made during one is held until it ends, then reset).
 	c := sourceClient(t, from)
-	eventually(t, 20*time.Second, "a request from the penalised address served after its penalty", func() (bool, string) {
+	testwait.UntilWhy(t, 20*time.Second, "a request from the penalised address served after its penalty", func() (bool, string) {
 		code, _, err := do(context.Background(), c, http.MethodGet, p.HTTP, floodLegit, "/")
 		if err != nil {
 			return false, err.Error()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // attackFigures are what one hostile class did to the binary and its legitimate clients.
@@ -36,7 +37,7 @@ func underAttack(t *testing.T, p *proc, legitHost string, dur time.Duration, att
 	defer stopProbe()
 	pr := startProbe(pctx, t, p.HTTP, legitHost)
 	samples := func(from time.Time, n int) time.Time {
-		eventually(t, 2*waitLimit, "legitimate requests sampled", func() (bool, string) {
+		testwait.UntilWhy(t, 2*waitLimit, "legitimate requests sampled", func() (bool, string) {
 			w := pr.window(from, time.Now())
 			return w.n >= n, fmt.Sprintf("%d of %d", w.n, n)
 		})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // idleConns is how many idle keep-alive connections TestIdleKeepAliveMemory holds open.
@@ -102,14 +103,14 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))))
 	warm := openIdle(t, p.HTTP, host, 100) // the pools and the runtime warmed up
 	closeAll(warm)
-	eventually(t, waitLimit, "warm-up connections closed", func() (bool, string) {
+	testwait.UntilWhy(t, waitLimit, "warm-up connections closed", func() (bool, string) {
 		n := scrape(t, p.Admin).sum("ingress_open_connections")
 		return n == 0, fmt.Sprintf("%v open", n)
 	})
 	base := scrape(t, p.Admin)
 	from := p.LineCount()
 	conns := openIdle(t, p.HTTP, host, idleConns)
-	eventually(t, waitLimit, "every connection idle", func() (bool, string) {
+	testwait.UntilWhy(t, waitLimit, "every connection idle", func() (bool, string) {
 		m := scrape(t, p.Admin)
 		return m.sum("ingress_open_connections") == idleConns && m.get("ingress_requests_in_flight") == 0,
 			fmt.Sprintf("%v open", m.sum("ingress_open_connections"))
@@ -131,7 +132,7 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 		base.get("go_memstats_heap_alloc_bytes") - base.get("go_memstats_stack_inuse_bytes")
 	rss := held.get("process_resident_memory_bytes") - base.get("process_resident_memory_bytes")
 	var goroutines float64
-	eventually(t, waitLimit, "no goroutine per idle connection", func() (bool, string) {
+	testwait.UntilWhy(t, waitLimit, "no goroutine per idle connection", func() (bool, string) {
 		goroutines = scrape(t, p.Admin).get("go_goroutines") - base.get("go_goroutines")
 		return goroutines <= 10, fmt.Sprintf("%+.0f goroutines", goroutines)
 	})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // metrics is one scrape: series ("name{labels}") to value.
@@ -123,19 +125,14 @@ func (m metrics) usage() usage {
 // after limit.
 func settle(t *testing.T, admin string, base usage, slack float64, heapSlack float64, limit time.Duration) usage {
 	t.Helper()
-	deadline := time.Now().Add(limit)
 	var u usage
-	for {
+	testwait.UntilWhy(t, limit, "the baseline", func() (bool, string) {
 		for range 20 {
 			scrape(t, admin) // about 100 KB of garbage each
 		}
 		u = scrape(t, admin).usage()
-		if u.goroutines <= base.goroutines+slack && u.heap <= base.heap+heapSlack {
-			return u
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not back to baseline within %s: %s, baseline %s (slack %.0f goroutines, %.1f MiB heap)",
-				limit, u, base, slack, heapSlack/(1<<20))
-		}
-	}
+		return u.goroutines <= base.goroutines+slack && u.heap <= base.heap+heapSlack,
+			fmt.Sprintf("%s, baseline %s (slack %.0f goroutines, %.1f MiB heap)", u, base, slack, heapSlack/(1<<20))
+	})
+	return u
 }

@@ -2,12 +2,14 @@ package reliability
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/register"
 	"github.com/serve-zone/ingress/relaysim"
 )
@@ -41,20 +43,20 @@ func newRelayRig(t *testing.T) *relayRig {
 	return r
 }
 
-// waitRevision polls every 5 ms until rev is applied, and returns when it saw it.
+// waitRevision polls until rev is applied, and returns when it saw it.
 func (r *relayRig) waitRevision(t *testing.T, rev float64, limit time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
+	var seen time.Time
+	testwait.UntilWhy(t, limit, fmt.Sprintf("revision %v applied", rev), func() (bool, string) {
 		m, err := tryScrape(r.p.Admin)
-		if err == nil && m.get("ingress_route_table_revision") >= rev {
-			return time.Now()
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("revision %v not applied within %s (applied: %v)", rev, limit, m.get("ingress_route_table_revision"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		seen = time.Now()
+		got := m.get("ingress_route_table_revision")
+		return got >= rev, fmt.Sprintf("applied: %v", got)
+	})
+	return seen
 }
 
 // lastCall returns when rs last received a call of method (zero: never): for the

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/relaysim"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
@@ -76,7 +77,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 			answers <- answer{code, body, err}
 		}()
 	}
-	eventually(t, waitLimit, "every slow request reached its target", func() (bool, string) {
+	testwait.UntilWhy(t, waitLimit, "every slow request reached its target", func() (bool, string) {
 		n := gate.arrived.Load()
 		return n == inFlight, fmt.Sprintf("%d of %d", n, inFlight)
 	})
@@ -186,7 +187,7 @@ func TestKill9AndRestart(t *testing.T) {
 	// interval of requests, and at least half an interval's must survive.
 	started := time.Now()
 	snapshot := filepath.Join(dir, stats.SnapshotFile)
-	eventually(t, 2*stats.DefaultSnapshotInterval, "a snapshot written while the load ran", func() (bool, string) {
+	testwait.UntilWhy(t, 2*stats.DefaultSnapshotInterval, "a snapshot written while the load ran", func() (bool, string) {
 		fi, err := os.Stat(snapshot)
 		if err != nil {
 			return false, err.Error()

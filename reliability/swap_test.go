@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -131,7 +132,7 @@ swapping:
 			t.Fatalf("hint %d: %v", rev, err)
 		}
 	}
-	eventually(t, waitLimit, "the last table applied", func() (bool, string) {
+	testwait.UntilWhy(t, waitLimit, "the last table applied", func() (bool, string) {
 		got := scrape(t, p.Admin).get("ingress_route_table_revision")
 		return got == float64(rev), fmt.Sprintf("revision %v, want %d", got, rev)
 	})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -231,7 +232,7 @@ func TestTargetFaults(t *testing.T) {
 			}
 			expectFailures(t, p, before, want)
 			if !f.ownEnd {
-				eventually(t, waitLimit, "the ingress closed its connections to the faulty target", func() (bool, string) {
+				testwait.UntilWhy(t, waitLimit, "the ingress closed its connections to the faulty target", func() (bool, string) {
 					n := targets[i].open.Load()
 					return n == 0 || f.kind == "" && n <= 1, fmt.Sprintf("%d still open", n)
 				})
@@ -250,7 +251,7 @@ func TestTargetFaults(t *testing.T) {
 			t.Fatalf("the first MiB: %v", err)
 		}
 		c.Close()
-		eventually(t, waitLimit, "the ingress closed the target's connection", func() (bool, string) {
+		testwait.UntilWhy(t, waitLimit, "the ingress closed the target's connection", func() (bool, string) {
 			n := gigaTarget.open.Load()
 			return n == 0, fmt.Sprintf("%d open, %d MiB written", n, gigaTarget.written.Load()>>20)
 		})
@@ -351,7 +352,7 @@ func expectFailures(t *testing.T, p *proc, before, want map[string]float64) {
 		}
 		return true
 	}
-	eventually(t, waitLimit, "backend failures counted", func() (bool, string) {
+	testwait.UntilWhy(t, waitLimit, "backend failures counted", func() (bool, string) {
 		d := diff()
 		return same(d), fmt.Sprintf("moved by %v, want %v", d, want)
 	})

@@ -237,13 +237,13 @@ func (f *FileSource) Run(ctx context.Context) error {
 				return nil
 			}
 			// A watched file itself, or a Kubernetes-style "..data" symlink swap beside it.
+			// Any other file in the directory is skipped without a log line: a log file kept
+			// beside the routes file would otherwise feed the watcher its own lines.
 			dir, name := filepath.Split(ev.Name)
 			if names[filepath.Clean(dir)][name] || strings.HasPrefix(name, "..") {
 				f.log.Debug("routes file changed: reloading after the debounce",
 					zap.String("file", ev.Name), zap.Duration("debounce", f.debounce))
 				timer.Reset(f.debounce)
-			} else {
-				f.log.Debug("routes directory event ignored", zap.String("file", ev.Name))
 			}
 		case err, ok := <-w.Errors:
 			if !ok {

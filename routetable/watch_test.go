@@ -228,3 +228,60 @@ func TestLoadFileAndWatchFileRefuseAtStart(t *testing.T) {
 		t.Fatal("watchFile must load the file before watching")
 	}
 }
+
+// A log file kept in the routes file's directory must not feed the watcher: events for
+// files the table does not name produce no log line, and a change of the routes file
+// made after them is still applied.
+func TestFileSourceIgnoresOtherFilesSilently(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "routes.json")
+	tb := validTable(t)
+	tb.Revision = 1
+	writeFile(t, path, tableJSON(t, tb))
+
+	log, logs := observed()
+	s := NewStore(StoreOptions{Mode: ModeStandalone, Logger: log})
+	src := NewFileSource(path, s, FileSourceOptions{Logger: log, Debounce: 20 * time.Millisecond})
+	if err := src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	runSource(t, src, logs)
+	// Run reads the file once more as it starts watching; wait for that so that nothing
+	// of the start is counted below.
+	testwait.Until(t, wait, "the first read", func() bool { return logs.FilterMessage("routes file unchanged").Len() > 0 })
+	from := logs.Len()
+
+	// 200 appends to a log file beside the routes file, as a debug log kept there makes.
+	other := filepath.Join(dir, "ingress.log")
+	lf, err := os.OpenFile(other, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	for i := 0; i < 200; i++ {
+		if _, err := lf.WriteString("a log line\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The routes file changes after them: its event is queued behind theirs, so once the
+	// change is applied every event of the log file has been handled.
+	tb.Revision = 2
+	writeFile(t, path, tableJSON(t, tb))
+	testwait.Until(t, wait, "revision 2", func() bool { rev, _ := s.Applied(); return rev == 2 })
+
+	for _, e := range logs.All()[from:] {
+		for _, fl := range e.Context {
+			if strings.Contains(fl.String, "ingress.log") {
+				t.Errorf("a line for the unrelated file: %q %v", e.Message, e.ContextMap())
+			}
+		}
+	}
+	// What remains is the routes file's own reload: its change event(s) (the temporary
+	// file's rename may count twice), and the store's words on the applied table.
+	if n := logs.Len() - from; n > 10 {
+		for _, e := range logs.All()[from:] {
+			t.Logf("%s %v", e.Message, e.ContextMap())
+		}
+		t.Fatalf("%d log lines for 200 unrelated events and one change", n)
+	}
+}

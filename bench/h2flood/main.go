@@ -24,7 +24,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -126,9 +125,11 @@ func main() {
 // legit sends GETs back to back on one h2c connection for c.duration and returns their
 // latencies.
 func legit(ctx context.Context, c config) ([]time.Duration, error) {
-	tr := &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{
+		Protocols: p,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", c.addr)
 		},

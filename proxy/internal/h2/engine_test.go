@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -21,15 +20,13 @@ import (
 
 // client returns Go's HTTP/2 client for ts (h2c with prior knowledge or TLS).
 func (ts *testServer) client() *http.Client {
-	tr := &http2.Transport{}
+	p := new(http.Protocols)
+	tr := &http.Transport{Protocols: p}
 	if ts.tls != nil {
+		p.SetHTTP2(true)
 		tr.TLSClientConfig = ts.tls
 	} else {
-		tr.AllowHTTP = true
-		tr.DialTLSContext = func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}
+		p.SetUnencryptedHTTP2(true)
 	}
 	return &http.Client{Transport: tr}
 }

@@ -13,22 +13,18 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // Attacks on a real listener. Each one checks what the engine answers and that what
 // the attacker made the server hold (handlers, goroutines, queued frames) stayed bounded
 // and was released.
 
-// waitFor polls cond until it holds, failing after 10 s.
+// waitFor waits until cond holds, failing after 10 s (testwait.Until).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, what, cond)
 }
 
 // goroutinesBack waits until the goroutine count is back to (about) base.
