@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,17 +86,41 @@ func (fr *fileReader) read(name, path string, e *jsonx.Errors) (file, content st
 	}
 	file = filepath.Clean(file)
 	fr.files = append(fr.files, file)
+	b, err := fr.readHashed(file)
+	if err != nil {
+		e.Addf(path, "cannot be read: %v", err)
+		return file, ""
+	}
+	return file, string(b)
+}
+
+// readHashed reads the resolved file name and adds its name and its content (or the
+// error) to the fingerprint.
+func (fr *fileReader) readHashed(file string) ([]byte, error) {
 	fr.h.Write([]byte{0})
 	fr.h.Write([]byte(file))
 	fr.h.Write([]byte{0})
 	b, err := readSmallFile(file)
 	if err != nil {
 		fr.h.Write([]byte("error: " + err.Error()))
-		e.Addf(path, "cannot be read: %v", err)
-		return file, ""
+		return nil, err
 	}
 	fr.h.Write(b)
-	return file, string(b)
+	return b, nil
+}
+
+// fingerprint is the sum decodeFile would compute for the content of data (read to its
+// end) when that content names files, in that order (as it does when it is unchanged
+// since the decode that listed them), without decoding it or holding it in memory.
+func fingerprint(data io.Reader, dir string, files []string) ([sha256.Size]byte, error) {
+	fr := newFileReader(dir)
+	if _, err := io.Copy(fr.h, data); err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	for _, f := range files {
+		_, _ = fr.readHashed(f)
+	}
+	return fr.sum(), nil
 }
 
 // readSmallFile reads a regular file of at most maxPEMFile bytes.

@@ -190,15 +190,41 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 		s.refuseLocked(err)
 		return err
 	}
-	if !force {
-		if cur := s.applied.Load(); cur >= 0 && t.Revision <= cur {
-			return &Error{Code: CodeStale, Revision: t.Revision}
-		}
-		if s.Refused(t.Revision) {
-			return &Error{Code: CodeAlreadyRefused, Revision: t.Revision}
-		}
+	if err := s.revisionCheckLocked(t, force); err != nil {
+		return err
 	}
-	v := validate(t, s.mode, s.now())
+	return s.applyLocked(t, validate(t, s.mode, s.now()), fromState)
+}
+
+// revisionCheckLocked refuses, unless force, a revision not newer than the applied one
+// or refused before. s.mu must be held.
+func (s *Store) revisionCheckLocked(t *Table, force bool) error {
+	if force {
+		return nil
+	}
+	if cur := s.applied.Load(); cur >= 0 && t.Revision <= cur {
+		return &Error{Code: CodeStale, Revision: t.Revision}
+	}
+	if s.Refused(t.Revision) {
+		return &Error{Code: CodeAlreadyRefused, Revision: t.Revision}
+	}
+	return nil
+}
+
+// applyValidated is apply for a table that validate has judged (in the store's mode)
+// and found without violations (PrepareFile).
+func (s *Store) applyValidated(t *Table, v *validated, force, fromState bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.revisionCheckLocked(t, force); err != nil {
+		return err
+	}
+	return s.applyLocked(t, v, fromState)
+}
+
+// applyLocked runs the store's Check, then compiles and swaps in a validated table (or
+// refuses it for v's violations). s.mu must be held.
+func (s *Store) applyLocked(t *Table, v *validated, fromState bool) error {
 	if len(v.violations) == 0 && s.check != nil {
 		v.violations = s.check(t)
 	}
