@@ -65,8 +65,9 @@ type Store struct {
 	maxRefused      atomic.Int64            // highest refused revision, -1 for none
 	refused         atomic.Pointer[[]int64] // the last refusedMemory refused revisions
 
-	mu     sync.Mutex // serialises apply; guards states
-	states map[targetID]*TargetState
+	mu       sync.Mutex // serialises apply; guards states and keyPairs
+	states   map[targetID]*TargetState
+	keyPairs keyPairs // the served table's parsed certificates, by PEM
 }
 
 // NewStore returns an empty store: Load returns nil until a table is applied.
@@ -193,7 +194,7 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 	if err := s.revisionCheckLocked(t, force); err != nil {
 		return err
 	}
-	return s.applyLocked(t, validate(t, s.mode, s.now()), fromState)
+	return s.applyLocked(t, validate(t, s.mode, s.now(), s.keyPairs), fromState)
 }
 
 // revisionCheckLocked refuses, unless force, a revision not newer than the applied one
@@ -242,6 +243,7 @@ func (s *Store) applyLocked(t *Table, v *validated, fromState bool) error {
 	c.Warnings = s.redactAll(v.warnings)
 	c.ExpiredCertificates = v.expired
 	s.states = next
+	s.keyPairs = v.byPEM
 	s.cur.Store(c)
 	s.applied.Store(t.Revision)
 	s.routes.Store(int64(len(t.Routes)))

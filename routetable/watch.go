@@ -55,7 +55,7 @@ func PrepareFile(path string) (*PreparedFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := validate(t, ModeStandalone, time.Now())
+	v := validate(t, ModeStandalone, time.Now(), nil)
 	if len(v.violations) > 0 {
 		return nil, newInvalid(revisionOf(t), v.violations)
 	}

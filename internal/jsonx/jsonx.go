@@ -13,6 +13,7 @@ package jsonx
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -32,6 +33,14 @@ func (e *Errors) Addf(path, format string, args ...any) {
 		msg = path + " " + msg
 	}
 	e.list = append(e.list, msg)
+}
+
+// insert puts v before the violation at index mark (Len, when it was taken).
+func (e *Errors) insert(mark int, v []string) {
+	if len(v) == 0 {
+		return
+	}
+	e.list = slices.Insert(e.list, mark, v...)
 }
 
 // Len returns the number of violations.
