@@ -9,11 +9,12 @@ import (
 )
 
 // compile builds the immutable lookup structure for a validated table. certs are the key
-// pairs Validate parsed. states holds the target states of the previous table, keyed by
-// targetID; compile reuses them and returns the map for the next swap, so a target
-// present in both tables keeps its state (and a removed target's state is simply dropped,
-// never touched).
-func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*TargetState, reg *stats.Registry) (*Compiled, map[targetID]*TargetState) {
+// pairs Validate parsed. prev is the table being served (nil at first): a target present
+// in both (the same lease id, address and port) keeps its state, so pools, in-flight
+// counts and health survive the swap, and a removed target's state is simply dropped,
+// never touched. The states are found through a map built from prev here, when a swap
+// needs it, rather than kept beside every table: the first table of a start builds none.
+func compile(t *Table, certs map[string]*tls.Certificate, prev *Compiled, reg *stats.Registry) *Compiled {
 	nWild := 0
 	for i := range t.Routes {
 		if strings.HasPrefix(t.Routes[i].Hostname, "*.") {
@@ -35,15 +36,24 @@ func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*T
 	}
 	backends := make([]Backend, nTargets)
 	ptrs := make([]*Backend, nTargets)
-	next := make(map[targetID]*TargetState, nTargets)
+	c.backends = backends
+	states := prev.stateIndex(nTargets)
+	var hosts []*stats.Host
+	if reg != nil {
+		names := make([]string, len(t.Routes))
+		for i := range t.Routes {
+			names[i] = t.Routes[i].Hostname
+		}
+		hosts = reg.Hosts(names)
+	}
 	bi := 0
 	for i := range t.Routes {
 		r := &t.Routes[i]
 		e := &entries[i]
 		e.Hostname = r.Hostname
 		e.TLS = r.TLS
-		if reg != nil {
-			e.Stats = reg.Host(r.Hostname)
+		if hosts != nil {
+			e.Stats = hosts[i]
 		}
 		if r.TLS != nil && r.TLS.CertificateID != "" {
 			e.Certificate = certs[r.TLS.CertificateID]
@@ -51,19 +61,15 @@ func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*T
 		e.Backends = ptrs[bi : bi+len(r.Targets) : bi+len(r.Targets)]
 		for j := range r.Targets {
 			tg := &r.Targets[j]
-			k := targetID{tg.LeaseID, tg.Address, tg.Port}
-			st := next[k]
-			if st == nil {
-				st = states[k]
-			}
-			if st == nil {
-				st = new(TargetState)
-			}
-			next[k] = st
 			b := &backends[bi]
 			b.LeaseID = tg.LeaseID
 			b.Addr = hostPort(tg.Address, tg.Port)
-			b.State = st
+			// The same target in another route of this table, or in prev, shares its state.
+			k := targetKey{b.LeaseID, b.Addr}
+			if b.State = states[k]; b.State == nil {
+				b.State = new(TargetState)
+				states[k] = b.State
+			}
 			ptrs[bi] = b
 			bi++
 		}
@@ -73,7 +79,21 @@ func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*T
 			c.exact[r.Hostname] = e
 		}
 	}
-	return c, next
+	return c
+}
+
+// stateIndex returns the states of c's targets by target, in a map with room for n more
+// (an empty one for a nil c).
+func (c *Compiled) stateIndex(n int) map[targetKey]*TargetState {
+	if c == nil {
+		return make(map[targetKey]*TargetState, n)
+	}
+	m := make(map[targetKey]*TargetState, max(n, len(c.backends)))
+	for i := range c.backends {
+		b := &c.backends[i]
+		m[targetKey{b.LeaseID, b.Addr}] = b.State
+	}
+	return m
 }
 
 // hostPort is net.JoinHostPort for a validated IPv4 address, with one allocation.

@@ -22,6 +22,7 @@ type Compiled struct {
 	exact    map[string]*Entry // hostname -> route
 	wildcard map[string]*Entry // parent domain ("example.test" for "*.example.test") -> route
 	certs    map[string]*tls.Certificate
+	backends []Backend // every route's, in route order: the next compile's states
 }
 
 // Entry is one compiled route.
@@ -68,12 +69,9 @@ type Backend struct {
 	State *TargetState
 }
 
-// targetID identifies a target across tables: the same lease at the same address and
-// port keeps its state.
-type targetID struct {
-	leaseID, address string
-	port             int
-}
+// targetKey identifies a target across tables: the same lease at the same address and
+// port ("address:port", Backend.Addr) keeps its state.
+type targetKey struct{ leaseID, addr string }
 
 // Lookup returns the route for host, or nil. host may be a raw Host header, :authority
 // or SNI value: it is normalised with NormalizeHost first (exact before wildcard).

@@ -65,9 +65,8 @@ type Store struct {
 	maxRefused      atomic.Int64            // highest refused revision, -1 for none
 	refused         atomic.Pointer[[]int64] // the last refusedMemory refused revisions
 
-	mu       sync.Mutex // serialises apply; guards states and keyPairs
-	states   map[targetID]*TargetState
-	keyPairs keyPairs // the served table's parsed certificates, by PEM
+	mu       sync.Mutex // serialises apply; guards keyPairs
+	keyPairs keyPairs   // the served table's parsed certificates, by PEM
 }
 
 // NewStore returns an empty store: Load returns nil until a table is applied.
@@ -80,7 +79,6 @@ func NewStore(opts StoreOptions) *Store {
 		now:      opts.Now,
 		redact:   opts.Redact,
 		check:    opts.Check,
-		states:   map[targetID]*TargetState{},
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -239,10 +237,9 @@ func (s *Store) applyLocked(t *Table, v *validated, fromState bool) error {
 	if s.mode == ModeStandalone {
 		sortStandalone(t) // a person's file may come in any order (standalone.go)
 	}
-	c, next := compile(t, v.certs, s.states, s.reg)
+	c := compile(t, v.certs, s.cur.Load(), s.reg)
 	c.Warnings = s.redactAll(v.warnings)
 	c.ExpiredCertificates = v.expired
-	s.states = next
 	s.keyPairs = v.byPEM
 	s.cur.Store(c)
 	s.applied.Store(t.Revision)

@@ -96,3 +96,32 @@ func TestDayParse(t *testing.T) {
 		}
 	}
 }
+
+// TestHostsBatch: Hosts returns the same Host as Host for a known name, one Host for a
+// name given twice, and new Hosts whose slots are cache-line aligned like Host's.
+func TestHostsBatch(t *testing.T) {
+	r := NewRegistry(Options{})
+	known := r.Host("known.test")
+	names := []string{"a.test", "known.test", "b.test", "a.test"}
+	for i := range 3000 {
+		names = append(names, "h"+time.Duration(i).String()+".test")
+	}
+	hs := r.Hosts(names)
+	if hs[1] != known || hs[0] != hs[3] || hs[0] == hs[2] || hs[0].Name() != "a.test" {
+		t.Fatalf("Hosts = %v", hs[:4])
+	}
+	for i, h := range hs {
+		if r.Host(names[i]) != h {
+			t.Fatalf("Host(%q) is not what Hosts returned", names[i])
+		}
+		for k := range h.slots {
+			if p := uintptr(unsafe.Pointer(&h.slots[k])); p%64 != 0 {
+				t.Fatalf("host %d slot %d at %#x, not cache-line aligned", i, k, p)
+			}
+		}
+	}
+	hs[2].Request(10, 20)
+	if got := r.Host("b.test"); got.cur().requests.Load() != 1 {
+		t.Fatal("a request on a batch Host is not counted under its name")
+	}
+}

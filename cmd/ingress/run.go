@@ -43,6 +43,8 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	if err := parseFlags(fs, "", args, lookup); err != nil {
 		return err
 	}
+	steadyGC := startGC(lookup) // until the first table (routes file, last-known-good) is applied
+	defer steadyGC()
 	var problems []error
 	if err := o.validate(); err != nil {
 		problems = append(problems, err)
@@ -87,6 +89,8 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	if err != nil {
 		return err
 	}
+	routes = nil // applied: the watcher holds what it needs
+	steadyGC()
 	return in.run(ctx)
 }
 

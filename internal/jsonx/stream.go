@@ -28,8 +28,9 @@ type Stream struct {
 	interns map[string]string // Intern's strings
 }
 
-// maxInterned bounds Intern's table: past it strings are copied as they come.
-const maxInterned = 1 << 16
+// maxInterned bounds Intern's table: past it strings are copied as they come (a table
+// whose addresses are all different gains nothing from a large one).
+const maxInterned = 4096
 
 // NewStream starts reading data, which must stay unchanged until the walk is over;
 // violations go to e.
