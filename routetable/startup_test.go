@@ -3,6 +3,7 @@ package routetable
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -160,5 +161,25 @@ func TestPrepareFileAppliesOnce(t *testing.T) {
 	}
 	if s.Load() != first {
 		t.Error("the unchanged file was applied again")
+	}
+}
+
+// TestDecodeRepeatedNamesAnywhere: the decoder does not have jsontext track names, yet
+// a name repeated anywhere refuses the text with that name's path alone: in a member
+// read past (an extra key, a value of the wrong type), in a certificate, as an extra key.
+func TestDecodeRepeatedNamesAnywhere(t *testing.T) {
+	route := `{"hostname":"a.test","targets":[{"leaseId":"l","address":"127.0.0.1","port":80}],"tls":null}`
+	for doc, want := range map[string]string{
+		`{"revision":1,"routes":[],"certificates":[],"x":{"a":1,"a":2}}`:                        "x.a is repeated",
+		`{"revision":1,"routes":[` + route + `],"certificates":[{"id":"c","id":"d"}]}`:          "certificates[0].id is repeated",
+		`{"revision":{"n":1,"n":2},"routes":[],"certificates":[]}`:                              "revision.n is repeated",
+		`{"revision":1,"routes":[],"certificates":[],"x":1,"x":2}`:                              "x is repeated",
+		`{"revision":1,"routes":[{"hostname":"a.test","hostname":"b.test"}],"certificates":[]}`: "routes[0].hostname is repeated",
+	} {
+		_, err := Decode([]byte(doc), ModeRelay)
+		var re *Error
+		if !errors.As(err, &re) || len(re.Violations) != 1 || re.Violations[0] != want {
+			t.Errorf("Decode(%s) = %v, want only %q", doc, err, want)
+		}
 	}
 }

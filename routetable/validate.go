@@ -135,8 +135,11 @@ func validate(t *Table, mode Mode, now time.Time, prior keyPairs) *validated {
 	if n := len(t.Routes); n > MaxRoutes {
 		e.Addf("routes", "must hold at most %d routes (it holds %d)", MaxRoutes, n)
 	}
-	var hosts map[string]int // standalone: hostname -> first position
-	if standalone {
+	// Standalone: hostname -> first position, to name the route a hostname repeats. A
+	// file in strictly ascending order (as generated files are) repeats none, and needs
+	// no map.
+	var hosts map[string]int
+	if standalone && !strictlyAscending(t.Routes) {
 		hosts = make(map[string]int, len(t.Routes))
 	}
 	for i := range t.Routes {
@@ -147,13 +150,13 @@ func validate(t *Table, mode Mode, now time.Time, prior keyPairs) *validated {
 		if !okHost {
 			e.Addf(p(".hostname"), msgHostname)
 		}
-		if standalone {
+		if hosts != nil {
 			if first, dup := hosts[r.Hostname]; dup && okHost {
 				e.Addf(p(".hostname"), "repeats routes[%d].hostname %q (one route per hostname)", first, r.Hostname)
 			} else if !dup {
 				hosts[r.Hostname] = i
 			}
-		} else if i > 0 && r.Hostname <= t.Routes[i-1].Hostname {
+		} else if !standalone && i > 0 && r.Hostname <= t.Routes[i-1].Hostname {
 			e.Addf(p(".hostname"), "must sort strictly after routes[%d].hostname (byte order, no duplicates)", i-1)
 		}
 		validateTargets(r.Targets, i, standalone, e)
@@ -232,6 +235,16 @@ func validateTargets(ts []Target, route int, standalone bool, e *jsonx.Errors) {
 			e.Addf(p(""), "must sort strictly after %s[%d] (address as a string, then port as a number; no duplicates)", path(), j-1)
 		}
 	}
+}
+
+// strictlyAscending reports whether the routes' hostnames ascend strictly (byte order).
+func strictlyAscending(routes []Route) bool {
+	for i := 1; i < len(routes); i++ {
+		if routes[i].Hostname <= routes[i-1].Hostname {
+			return false
+		}
+	}
+	return true
 }
 
 // covers reports whether leaf is valid for the route hostname host, as

@@ -20,6 +20,11 @@ import (
 // valid JSON stops the walk: every read returns zero values from then on, and Err returns
 // the *SyntaxError that Parse would (the same line, column and words), which the caller
 // reports instead of any violation collected so far.
+//
+// A name repeated in an object is such an error. The Decoder is spared tracking every
+// name of every object: Obj.Next knows the names it has seen, Value checks what it
+// returns, and a value read past unread (Skip) always comes with a violation, in which
+// case Err checks the whole text as Parse does.
 type Stream struct {
 	d       *jsontext.Decoder
 	data    []byte
@@ -35,7 +40,7 @@ const maxInterned = 4096
 // NewStream starts reading data, which must stay unchanged until the walk is over;
 // violations go to e.
 func NewStream(data []byte, e *Errors) *Stream {
-	return &Stream{d: jsontext.NewDecoder(bytes.NewBuffer(data)), data: data, e: e}
+	return &Stream{d: jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true)), data: data, e: e}
 }
 
 // Path is a JSON path as a chain of steps from the root, rendered by String only when a
@@ -85,12 +90,15 @@ func (s *Stream) fail() { s.failed = true }
 
 // Err returns nil when everything read so far was valid JSON and, once the walk has read
 // the top-level value, nothing but whitespace follows it; otherwise the *SyntaxError
-// Parse returns for the text.
+// Parse returns for the text. Call it once, after the walk.
 func (s *Stream) Err() error {
 	if !s.failed {
 		if _, err := s.d.ReadToken(); err != io.EOF {
 			s.failed = true
 		}
+	}
+	if !s.failed && s.e.Len() > 0 && !jsontext.Value(s.data).IsValid() {
+		s.failed = true // a repeated name inside a value that was read past
 	}
 	if s.failed {
 		_, err := Parse(s.data)
@@ -139,8 +147,15 @@ func (s *Stream) raw() jsontext.Value {
 }
 
 // Value reads the next value and returns a copy of its text, to be read with the Value
-// readers (small values: a certificate).
-func (s *Stream) Value() Value { return Value(s.raw()) }
+// readers (small values: a certificate). It is checked as Parse checks a text.
+func (s *Stream) Value() Value {
+	v := s.raw()
+	if !v.IsValid() { // a repeated name
+		s.fail()
+		return ""
+	}
+	return Value(v)
+}
 
 // wrong reports that the value at p is not of the wanted kind (what: "an object",
 // "a string", ...) and reads past it.
@@ -316,9 +331,17 @@ func (o *Obj) Next() (i int, ok bool) {
 		}
 		for i, k := range o.known {
 			if k == string(key) {
+				if o.Has(i) { // repeated
+					s.fail()
+					return 0, false
+				}
 				o.seen |= 1 << i
 				return i, true
 			}
+		}
+		if slices.Contains(o.extra, string(key)) {
+			s.fail()
+			return 0, false
 		}
 		o.extra = append(o.extra, string(key))
 		s.Skip()
