@@ -125,3 +125,26 @@ func TestHostsBatch(t *testing.T) {
 		t.Fatal("a request on a batch Host is not counted under its name")
 	}
 }
+
+// TestHostsFirstTableIndexedLater: the first table's Hosts are handed out before they are
+// indexed; what is recorded in them meanwhile is found by every reader afterwards.
+func TestHostsFirstTableIndexedLater(t *testing.T) {
+	r := NewRegistry(Options{})
+	hs := r.Hosts([]string{"a.test", "b.test"})
+	if len(r.pending) != 2 || len(r.hosts) != 0 {
+		t.Fatalf("pending %d, indexed %d: the first table's Hosts should wait", len(r.pending), len(r.hosts))
+	}
+	hs[1].Request(1, 2)
+	if r.Host("b.test") != hs[1] || r.Host("a.test") != hs[0] {
+		t.Fatal("Host does not find the Hosts made by Hosts")
+	}
+	again := r.Hosts([]string{"b.test", "c.test"})
+	if again[0] != hs[1] || again[1] == nil || again[1].Name() != "c.test" {
+		t.Fatalf("Hosts after the first = %v", again)
+	}
+	fresh := NewRegistry(Options{})
+	fresh.Hosts([]string{"q.test"})[0].Request(3, 4)
+	if got := fresh.todayCounters(); len(got) != 1 || got[0].name != "q.test" || got[0].c.Requests != 1 {
+		t.Fatalf("today's counters %+v, want q.test with one request", got)
+	}
+}

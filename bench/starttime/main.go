@@ -44,6 +44,9 @@ func main() {
 	var all []result
 	for i := 0; i < *runs; i++ {
 		r, err := measure(context.Background(), *bin, flag.Args(), *settle, *limit, os.Stderr)
+		for retry := 0; errors.Is(err, errPortTaken) && retry < 3; retry++ {
+			r, err = measure(context.Background(), *bin, flag.Args(), *settle, *limit, os.Stderr)
+		}
 		if err != nil {
 			log.Fatalf("starttime: run %d: %v", i+1, err)
 		}
@@ -155,7 +158,9 @@ func measure(ctx context.Context, bin string, args []string, settle, limit time.
 	select {
 	case err := <-exited:
 		exited <- err
-		return result{}, fmt.Errorf("the binary exited after it was ready: %v", err)
+		// What answered was another process, which took the free port first: the
+		// binary could not bind it (exit status 2). The run is repeated.
+		return result{}, fmt.Errorf("%w: the binary exited after /readyz answered: %v", errPortTaken, err)
 	case <-time.After(settle):
 	}
 	if r.hwmSettled, r.rssSettled, err = memory(pid); err != nil {
@@ -163,6 +168,10 @@ func measure(ctx context.Context, bin string, args []string, settle, limit time.
 	}
 	return r, nil
 }
+
+// errPortTaken marks a run whose admin port another process took between freePort and
+// the binary's bind.
+var errPortTaken = errors.New("the admin port was taken")
 
 // readyz reports whether /readyz answered 200.
 func readyz(c *http.Client, admin string) bool {
