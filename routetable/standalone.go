@@ -43,8 +43,15 @@ func DecodeFile(data []byte, dir string) (t *Table, files []string, err error) {
 // the route file and every file it read).
 func decodeFile(data []byte, dir string) (*Table, *fileReader, error) {
 	fr := newFileReader(dir)
-	fr.h.Write(data)
+	// The route file's hash (28 MB for 100,000 routes) is taken on another core while
+	// the file is decoded.
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		fr.data = sha256.Sum256(data)
+	}()
 	t, err := decode(data, ModeStandalone, fr)
+	<-hashed
 	return t, fr, err
 }
 
@@ -52,7 +59,8 @@ func decodeFile(data []byte, dir string) (*Table, *fileReader, error) {
 type fileReader struct {
 	dir   string
 	files []string
-	h     hash.Hash // the route file, then each file's name and content (or error)
+	data  [sha256.Size]byte // the route file's hash
+	h     hash.Hash         // each file's name and content (or error), in order
 }
 
 func newFileReader(dir string) *fileReader {
@@ -65,11 +73,12 @@ func newFileReader(dir string) *fileReader {
 	return &fileReader{dir: dir, h: sha256.New()}
 }
 
-// sum fingerprints what was read: an unchanged sum means nothing the table depends on
-// changed.
-func (fr *fileReader) sum() (s [sha256.Size]byte) {
-	fr.h.Sum(s[:0])
-	return s
+// sum fingerprints what was read, the route file's hash and then the files': an
+// unchanged sum means nothing the table depends on changed.
+func (fr *fileReader) sum() [sha256.Size]byte {
+	var files [sha256.Size]byte
+	fr.h.Sum(files[:0])
+	return sha256.Sum256(append(fr.data[:], files[:]...))
 }
 
 // read returns the resolved name and the content of the file name, reporting a file that
@@ -114,9 +123,11 @@ func (fr *fileReader) readHashed(file string) ([]byte, error) {
 // since the decode that listed them), without decoding it or holding it in memory.
 func fingerprint(data io.Reader, dir string, files []string) ([sha256.Size]byte, error) {
 	fr := newFileReader(dir)
-	if _, err := io.Copy(fr.h, data); err != nil {
+	h := sha256.New()
+	if _, err := io.Copy(h, data); err != nil {
 		return [sha256.Size]byte{}, err
 	}
+	h.Sum(fr.data[:0])
 	for _, f := range files {
 		_, _ = fr.readHashed(f)
 	}
