@@ -134,7 +134,10 @@ func decodeTable(s *jsonx.Stream, mode Mode, fr *fileReader, e *jsonx.Errors) (*
 			}
 		case 1:
 			if s.Array(&p) {
-				t.Routes = []Route{}
+				// Sized by a count of the member name, so that 100,000 routes are not
+				// copied over and over as the slice grows (a hint: a wrong count costs
+				// only a reallocation).
+				t.Routes = make([]Route, 0, min(s.Count(`"hostname"`), MaxRoutes+1))
 				for j := 0; s.More(); j++ {
 					rp := p.Index(j)
 					t.Routes = append(t.Routes, Route{})

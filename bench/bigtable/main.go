@@ -7,8 +7,8 @@
 // With -shared-cert every certificate entry carries the same PEM pair (one wildcard for
 // *.bench.test, as a table often repeats a wildcard) and the hostnames sit directly under
 // bench.test; -variant changes the targets' lease ids so that two tables differ in every
-// route (an apply that must recompile everything); -target points every target at one
-// address (a real backend) instead of unroutable 127.x addresses; -certs-from reuses the
+// route (an apply that must recompile everything); -target points the targets at two real
+// backends (a port and the next) instead of unroutable 127.x addresses; -certs-from reuses the
 // certificates of an earlier table, so variants share their certificates and generating
 // them (the slow part) happens once.
 //
@@ -36,6 +36,7 @@ import (
 type spec struct {
 	routes, certs int
 	sharedCert    bool
+	redirect      bool
 	variant       int
 	revision      int64
 	target        string // "" or IPv4:port
@@ -49,9 +50,10 @@ func main() {
 	flag.IntVar(&s.routes, "routes", 100_000, "number of routes (at most 100,000, the contract's limit)")
 	flag.IntVar(&s.certs, "certs", 1_000, "number of certificate entries, one per group of routes (at least 1)")
 	flag.BoolVar(&s.sharedCert, "shared-cert", false, "every certificate entry carries the same wildcard PEM pair (*.bench.test)")
+	flag.BoolVar(&s.redirect, "redirect-http", true, "every route redirects plain HTTP to HTTPS (false: plain HTTP is proxied, for a load over HTTP)")
 	flag.IntVar(&s.variant, "variant", 0, "changes every target's lease id, so that tables of two variants differ in every route")
 	flag.Int64Var(&s.revision, "revision", 1, "the table's revision")
-	flag.StringVar(&s.target, "target", "", "IPv4:port every target points at (default: unroutable 127.x.y.z:8080 and :8081)")
+	flag.StringVar(&s.target, "target", "", "IPv4:port: every route's two targets are this port and the next at this address (default: unroutable 127.x.y.z:8080 and :8081)")
 	certsFrom := flag.String("certs-from", "", "reuse the certificates of this table (written by bigtable with the same -certs and -shared-cert)")
 	out := flag.String("out", "-", "file to write, - for standard output")
 	flag.Parse()
@@ -88,7 +90,7 @@ func (s *spec) table() (*routetable.Table, error) {
 	var port int
 	if s.target != "" {
 		h, p, err := net.SplitHostPort(s.target)
-		if port, _ = strconv.Atoi(p); err != nil || port < 1 || port > 65535 || !routetable.ValidTargetAddress(h) {
+		if port, _ = strconv.Atoi(p); err != nil || port < 1 || port > 65534 || !routetable.ValidTargetAddress(h) {
 			return nil, fmt.Errorf("bigtable: -target %q must be IPv4:port", s.target)
 		}
 		host = h
@@ -102,7 +104,7 @@ func (s *spec) table() (*routetable.Table, error) {
 		id := fmt.Sprintf("cert-%05d", g)
 		p := s.pairs[g%len(s.pairs)]
 		t.Certificates = append(t.Certificates, routetable.Certificate{ID: id, CertificatePEM: p.cert, PrivateKeyPEM: p.key})
-		rt := &routetable.RouteTLS{CertificateID: id, RedirectHTTP: true}
+		rt := &routetable.RouteTLS{CertificateID: id, RedirectHTTP: s.redirect}
 		for i := 0; i < perGroup && len(t.Routes) < s.routes; i++ {
 			h := fmt.Sprintf("h%05d.d%05d.bench.test", i, g)
 			if s.sharedCert {
@@ -112,7 +114,7 @@ func (s *spec) table() (*routetable.Table, error) {
 			}
 			a, p1, p2 := fmt.Sprintf("127.%d.%d.%d", g/250%250, g%250, i%250+1), 8080, 8081
 			if host != "" {
-				a, p1, p2 = host, port, port
+				a, p1, p2 = host, port, port+1
 			}
 			v := ""
 			if s.variant != 0 {

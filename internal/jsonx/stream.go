@@ -85,6 +85,10 @@ func (p *Path) String() string {
 	return string(b)
 }
 
+// Count returns how many times sub occurs in the text (a capacity hint: `"hostname"`
+// counts the members so named, and whatever string holds it).
+func (s *Stream) Count(sub string) int { return bytes.Count(s.data, []byte(sub)) }
+
 // fail marks the text as invalid; Err says why.
 func (s *Stream) fail() { s.failed = true }
 
