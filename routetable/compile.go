@@ -12,8 +12,7 @@ import (
 // pairs Validate parsed. prev is the table being served (nil at first): a target present
 // in both (the same lease id, address and port) keeps its state, so pools, in-flight
 // counts and health survive the swap, and a removed target's state is simply dropped,
-// never touched. The states are found through a map built from prev here, when a swap
-// needs it, rather than kept beside every table: the first table of a start builds none.
+// never touched (states.go: nothing beside the tables is kept to find them).
 func compile(t *Table, certs map[string]*tls.Certificate, prev *Compiled, reg *stats.Registry) *Compiled {
 	nWild := 0
 	for i := range t.Routes {
@@ -37,7 +36,6 @@ func compile(t *Table, certs map[string]*tls.Certificate, prev *Compiled, reg *s
 	backends := make([]Backend, nTargets)
 	ptrs := make([]*Backend, nTargets)
 	c.backends = backends
-	states := prev.stateIndex(nTargets)
 	var hosts []*stats.Host
 	if reg != nil {
 		names := make([]string, len(t.Routes))
@@ -64,12 +62,6 @@ func compile(t *Table, certs map[string]*tls.Certificate, prev *Compiled, reg *s
 			b := &backends[bi]
 			b.LeaseID = tg.LeaseID
 			b.Addr = hostPort(tg.Address, tg.Port)
-			// The same target in another route of this table, or in prev, shares its state.
-			k := targetKey{b.LeaseID, b.Addr}
-			if b.State = states[k]; b.State == nil {
-				b.State = new(TargetState)
-				states[k] = b.State
-			}
 			ptrs[bi] = b
 			bi++
 		}
@@ -79,21 +71,12 @@ func compile(t *Table, certs map[string]*tls.Certificate, prev *Compiled, reg *s
 			c.exact[r.Hostname] = e
 		}
 	}
+	var old []Backend
+	if prev != nil {
+		old = prev.backends
+	}
+	assignStates(backends, old) // before c is published: the states are set once
 	return c
-}
-
-// stateIndex returns the states of c's targets by target, in a map with room for n more
-// (an empty one for a nil c).
-func (c *Compiled) stateIndex(n int) map[targetKey]*TargetState {
-	if c == nil {
-		return make(map[targetKey]*TargetState, n)
-	}
-	m := make(map[targetKey]*TargetState, max(n, len(c.backends)))
-	for i := range c.backends {
-		b := &c.backends[i]
-		m[targetKey{b.LeaseID, b.Addr}] = b.State
-	}
-	return m
 }
 
 // hostPort is net.JoinHostPort for a validated IPv4 address, with one allocation.

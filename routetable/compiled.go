@@ -69,10 +69,6 @@ type Backend struct {
 	State *TargetState
 }
 
-// targetKey identifies a target across tables: the same lease at the same address and
-// port ("address:port", Backend.Addr) keeps its state.
-type targetKey struct{ leaseID, addr string }
-
 // Lookup returns the route for host, or nil. host may be a raw Host header, :authority
 // or SNI value: it is normalised with NormalizeHost first (exact before wildcard).
 func (c *Compiled) Lookup(host string) *Entry {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,5 +182,59 @@ func TestDecodeRepeatedNamesAnywhere(t *testing.T) {
 		if !errors.As(err, &re) || len(re.Violations) != 1 || re.Violations[0] != want {
 			t.Errorf("Decode(%s) = %v, want only %q", doc, err, want)
 		}
+	}
+}
+
+// TestStatesSharedByTarget: a target named by two routes of one table has one state; the
+// same lease at another port, or another lease at the same address and port, has its
+// own; the next table keeps the states of the targets it still names, whatever route
+// names them now, across thousands of targets (the hashes are sorted, not looked up).
+func TestStatesSharedByTarget(t *testing.T) {
+	tb := benchTable(t, 3000, 10, nil)
+	shared := Target{LeaseID: "lease-shared", Address: "10.9.9.9", Port: 80}
+	tb.Routes[5].Targets = []Target{shared}
+	tb.Routes[2500].Targets = []Target{shared, {LeaseID: "lease-shared", Address: "10.9.9.9", Port: 81}}
+	tb.Routes[7].Targets = []Target{{LeaseID: "lease-other", Address: "10.9.9.9", Port: 80}}
+	s := NewStore(StoreOptions{})
+	if err := s.Apply(tb); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Load()
+	st := func(c *Compiled, route, target int) *TargetState {
+		host := tb.Routes[route].Hostname
+		if parent, ok := strings.CutPrefix(host, "*."); ok {
+			host = "www." + parent // served by the wildcard route
+		}
+		return c.Lookup(host).Backends[target].State
+	}
+	if st(c, 5, 0) != st(c, 2500, 0) || st(c, 2500, 0) == st(c, 2500, 1) || st(c, 5, 0) == st(c, 7, 0) {
+		t.Fatal("states are not shared by target exactly")
+	}
+	seen := map[*TargetState]bool{}
+	for i := range tb.Routes {
+		for j := range tb.Routes[i].Targets {
+			if i == 2500 && j == 0 {
+				continue
+			}
+			if x := st(c, i, j); x == nil || seen[x] {
+				t.Fatalf("route %d target %d: state %p nil or shared", i, j, x)
+			} else {
+				seen[x] = true
+			}
+		}
+	}
+
+	next := benchTable(t, 3000, 10, nil)
+	next.Revision = 2
+	next.Routes[9].Targets = []Target{shared} // moved to another route
+	if err := s.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	c2 := s.Load()
+	if st(c2, 9, 0) != st(c, 5, 0) || st(c2, 100, 1) != st(c, 100, 1) {
+		t.Error("the next table did not keep the states of the targets it still names")
+	}
+	if st(c2, 5, 0) == st(c, 5, 0) {
+		t.Error("a route's new target got the state of the target it replaced")
 	}
 }
