@@ -42,10 +42,11 @@ done | tee "$work/runs.txt"
 
 # Minimum and median per mode and binary.
 awk '{
-  key = $1 " " $2; ready[key] = ready[key] " " $4; cpu[key] = cpu[key] " " $7; hwm[key] = hwm[key] " " $12
+  key = $1 " " $2; ready[key] = ready[key] " " $4; cpu[key] = cpu[key] " " $7
+  hwm[key] = hwm[key] " " $12; later[key] = later[key] " " $16
 } END {
   for (k in ready) {
-    printf "%-40s ready min/median %s ms   CPU %s ms   VmHWM %s MiB\n", k, mm(ready[k]), mm(cpu[k]), mm(hwm[k])
+    printf "%-28s min/median: ready %s ms, CPU %s ms, VmHWM %s MiB at ready, %s MiB 1 s later\n", k, mm(ready[k]), mm(cpu[k]), mm(hwm[k]), mm(later[k])
   }
 }
 function mm(list,   v, n, i, j, t) {
