@@ -8,6 +8,9 @@
 // judge its shape without building maps or copying bytes. An object has exactly its
 // listed keys: a missing key, an extra key or a value of the wrong type is a violation,
 // and every violation is collected with its JSON path instead of stopping at the first.
+//
+// [Stream] applies the same rules to a text too large to hold as a Value (the route
+// table), walking it once with jsontext's Decoder.
 package jsonx
 
 import (
