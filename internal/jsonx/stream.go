@@ -85,9 +85,8 @@ func (p *Path) String() string {
 	return string(b)
 }
 
-// Count returns how many times sub occurs in the text (a capacity hint: `"hostname"`
-// counts the members so named, and whatever string holds it).
-func (s *Stream) Count(sub string) int { return bytes.Count(s.data, []byte(sub)) }
+// Len returns the length of the text, for capacity hints.
+func (s *Stream) Len() int { return len(s.data) }
 
 // fail marks the text as invalid; Err says why.
 func (s *Stream) fail() { s.failed = true }
