@@ -109,9 +109,12 @@ func (s *stapler) staple(cert *tls.Certificate) *tls.Certificate {
 	return cert
 }
 
-// run keeps the staples until ctx ends: it looks at a new table at once and re-judges the
-// staples every ocspRefreshEvery otherwise, starts fetches up to the bound and publishes
-// each response as it arrives. It returns once every fetch it started has returned.
+// run keeps the staples until ctx ends: it looks at a new table within a tick and
+// re-judges the staples every ocspRefreshEvery otherwise, starts fetches up to the bound
+// and publishes each response as it arrives. It returns once every fetch it started has
+// returned. The first look waits for the first tick: at start the listeners and the
+// first requests come before OCSP (a staple only spares the client a look-up), and a
+// table of 1,000 certificates means 1,000 issuer parses.
 func (s *stapler) run(ctx context.Context) {
 	var fetches sync.WaitGroup
 	defer fetches.Wait()
@@ -120,20 +123,24 @@ func (s *stapler) run(ctx context.Context) {
 	defer t.Stop()
 	var last *routetable.Compiled
 	var next time.Time
+	started := false
 	for {
-		if cur := s.tables.Load(); cur != last || !s.now().Before(next) {
-			if cur != last {
-				s.adopt(cur)
+		if started {
+			if cur := s.tables.Load(); cur != last || !s.now().Before(next) {
+				if cur != last {
+					s.adopt(cur)
+				}
+				s.schedule()
+				s.publish()
+				last, next = cur, s.now().Add(ocspRefreshEvery)
 			}
-			s.schedule()
-			s.publish()
-			last, next = cur, s.now().Add(ocspRefreshEvery)
+			s.startFetches(ctx, &fetches, results)
 		}
-		s.startFetches(ctx, &fetches, results)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			started = true
 		case r := <-results:
 			s.settle(r)
 			// Results that arrived meanwhile are published together.

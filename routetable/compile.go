@@ -9,11 +9,11 @@ import (
 )
 
 // compile builds the immutable lookup structure for a validated table. certs are the key
-// pairs Validate parsed. states holds the target states of the previous table, keyed by
-// targetID; compile reuses them and returns the map for the next swap, so a target
-// present in both tables keeps its state (and a removed target's state is simply dropped,
-// never touched).
-func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*TargetState, reg *stats.Registry) (*Compiled, map[targetID]*TargetState) {
+// pairs Validate parsed. prev is the table being served (nil at first): a target present
+// in both (the same lease id, address and port) keeps its state, so pools, in-flight
+// counts and health survive the swap, and a removed target's state is simply dropped,
+// never touched (states.go: nothing beside the tables is kept to find them).
+func compile(t *Table, certs map[string]*tls.Certificate, prev *Compiled, reg *stats.Registry) *Compiled {
 	nWild := 0
 	for i := range t.Routes {
 		if strings.HasPrefix(t.Routes[i].Hostname, "*.") {
@@ -35,15 +35,23 @@ func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*T
 	}
 	backends := make([]Backend, nTargets)
 	ptrs := make([]*Backend, nTargets)
-	next := make(map[targetID]*TargetState, nTargets)
+	c.backends = backends
+	var hosts []*stats.Host
+	if reg != nil {
+		names := make([]string, len(t.Routes))
+		for i := range t.Routes {
+			names[i] = t.Routes[i].Hostname
+		}
+		hosts = reg.Hosts(names)
+	}
 	bi := 0
 	for i := range t.Routes {
 		r := &t.Routes[i]
 		e := &entries[i]
 		e.Hostname = r.Hostname
 		e.TLS = r.TLS
-		if reg != nil {
-			e.Stats = reg.Host(r.Hostname)
+		if hosts != nil {
+			e.Stats = hosts[i]
 		}
 		if r.TLS != nil && r.TLS.CertificateID != "" {
 			e.Certificate = certs[r.TLS.CertificateID]
@@ -51,19 +59,9 @@ func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*T
 		e.Backends = ptrs[bi : bi+len(r.Targets) : bi+len(r.Targets)]
 		for j := range r.Targets {
 			tg := &r.Targets[j]
-			k := targetID{tg.LeaseID, tg.Address, tg.Port}
-			st := next[k]
-			if st == nil {
-				st = states[k]
-			}
-			if st == nil {
-				st = new(TargetState)
-			}
-			next[k] = st
 			b := &backends[bi]
 			b.LeaseID = tg.LeaseID
 			b.Addr = hostPort(tg.Address, tg.Port)
-			b.State = st
 			ptrs[bi] = b
 			bi++
 		}
@@ -73,7 +71,12 @@ func compile(t *Table, certs map[string]*tls.Certificate, states map[targetID]*T
 			c.exact[r.Hostname] = e
 		}
 	}
-	return c, next
+	var old []Backend
+	if prev != nil {
+		old = prev.backends
+	}
+	assignStates(backends, old) // before c is published: the states are set once
+	return c
 }
 
 // hostPort is net.JoinHostPort for a validated IPv4 address, with one allocation.

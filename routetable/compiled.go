@@ -22,6 +22,7 @@ type Compiled struct {
 	exact    map[string]*Entry // hostname -> route
 	wildcard map[string]*Entry // parent domain ("example.test" for "*.example.test") -> route
 	certs    map[string]*tls.Certificate
+	backends []Backend // every route's, in route order: the next compile's states
 }
 
 // Entry is one compiled route.
@@ -66,13 +67,6 @@ type Backend struct {
 	// Addr is "address:port", ready to dial.
 	Addr  string
 	State *TargetState
-}
-
-// targetID identifies a target across tables: the same lease at the same address and
-// port keeps its state.
-type targetID struct {
-	leaseID, address string
-	port             int
 }
 
 // Lookup returns the route for host, or nil. host may be a raw Host header, :authority

@@ -1,6 +1,7 @@
 package routetable
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -45,15 +46,19 @@ var (
 func Decode(data []byte, mode Mode) (*Table, error) { return decode(data, mode, nil) }
 
 // decode is Decode; with fr, certificates may name PEM files, which fr reads.
+//
+// jsontext's Decoder does all the scanning (jsonx.Stream): the text is read once, value
+// by value, into the Table; strings are copied out of it, so the text is not kept alive
+// by the table. JSON paths are built only for violations.
 func decode(data []byte, mode Mode, fr *fileReader) (*Table, error) {
-	doc, err := jsonx.Parse(data)
-	if err != nil {
-		var e jsonx.Errors
-		e.AddSyntax(err, "", "the route table")
-		return nil, newInvalid(-1, e.List())
-	}
 	var e jsonx.Errors
-	t, rev := decodeTable(doc, "", mode, fr, &e)
+	s := jsonx.NewStream(data, &e)
+	t, rev := decodeTable(s, mode, fr, &e)
+	if err := s.Err(); err != nil {
+		var se jsonx.Errors
+		se.AddSyntax(err, "", "the route table")
+		return nil, newInvalid(-1, se.List())
+	}
 	if e.Len() > 0 {
 		return nil, newInvalid(rev, withRuleViolations(t, mode, e.List()))
 	}
@@ -69,7 +74,7 @@ func withRuleViolations(t *Table, mode Mode, shape []string) []string {
 		return shape
 	}
 	out := shape
-	for _, v := range validate(t, mode, time.Now()).violations {
+	for _, v := range validate(t, mode, time.Now(), nil).violations {
 		p := violationPath(v)
 		covered := false
 		for _, sv := range shape {
@@ -98,126 +103,210 @@ func violationPath(v string) string {
 
 var fileMemberAsPEM = strings.NewReplacer(".certificateFile", ".certificatePem", ".privateKeyFile", ".privateKeyPem")
 
-// decodeTable reads a checked table. It also returns the revision when it decoded (-1
-// otherwise), so that a refusal can name the revision it refuses. Every plain string of
-// the table is a substring of doc, Parse's one copy of the text.
-func decodeTable(doc jsonx.Value, path string, mode Mode, fr *fileReader, e *jsonx.Errors) (*Table, int64) {
-	m := jsonx.Object(doc, path, e, tableKeys, nil)
-	if m == nil {
+// Member names, as jsonx.Stream.Object knows them; the indexes below follow them.
+var (
+	tableNames = []string{"revision", "routes", "certificates"}
+	routeNames = []string{"hostname", "targets", "tls"}
+	// tlsNames are the names of both shapes of a route's tls (tlsKeys, tlsACMEKeys).
+	tlsNames = []string{"certificateId", "acme", "redirectHttp"}
+)
+
+// decodeTable reads the table. It also returns the revision when it decoded (-1
+// otherwise), so that a refusal can name the revision it refuses.
+func decodeTable(s *jsonx.Stream, mode Mode, fr *fileReader, e *jsonx.Errors) (*Table, int64) {
+	var root jsonx.Path
+	o, ok := s.Object(&root, tableNames)
+	if !ok {
 		return nil, -1
 	}
 	t := &Table{}
 	rev := int64(-1)
-	if v, ok := m.Lookup("revision"); ok {
-		if n, ok := counter(v, path, "revision", e); ok {
-			t.Revision, rev = n, n
+	d := routeDecoder{s: s, e: e, mode: mode, tls: map[RouteTLS]*RouteTLS{}}
+	for {
+		i, more := o.Next()
+		if !more {
+			break
+		}
+		p := root.Key(tableNames[i])
+		switch i {
+		case 0:
+			if n, ok := s.Counter(&p); ok {
+				t.Revision, rev = n, n
+			}
+		case 1:
+			if s.Array(&p) {
+				// Sized from the text's length (a route takes over 128 bytes of JSON in
+				// practice), so that 100,000 routes are not copied over and over as the
+				// slice grows; a guess far too large is trimmed below.
+				t.Routes = make([]Route, 0, min(s.Len()/128+1, MaxRoutes+1))
+				for j := 0; s.More(); j++ {
+					rp := p.Index(j)
+					t.Routes = append(t.Routes, Route{})
+					d.route(&rp, &t.Routes[len(t.Routes)-1])
+				}
+				if cap(t.Routes) > 2*len(t.Routes)+64 { // a text mostly certificates
+					t.Routes = slices.Clone(t.Routes)
+				}
+			}
+		case 2:
+			if s.Array(&p) {
+				t.Certificates = []Certificate{}
+				for j := 0; s.More(); j++ {
+					t.Certificates = append(t.Certificates, Certificate{})
+					// Few and small: read as a Value (the shape depends on which members
+					// are present), the PEM strings copied once.
+					decodeCertificate(s.Value(), jsonx.Index(p.String(), j), fr, e, &t.Certificates[len(t.Certificates)-1])
+				}
+			}
 		}
 	}
-	if v, ok := m.Lookup("routes"); ok {
-		p := jsonx.Join(path, "routes")
-		if a, ok := jsonx.Array(v, p, e); ok {
-			t.Routes = make([]Route, len(a))
-			targets := 0
-			for _, r := range a {
-				targets += countHint(r)
-			}
-			pool := make([]Target, 0, targets) // one allocation for every route's targets
-			for i, r := range a {
-				pool = decodeRoute(r, jsonx.Index(p, i), mode, e, &t.Routes[i], pool)
-			}
-		}
-	}
-	if v, ok := m.Lookup("certificates"); ok {
-		p := jsonx.Join(path, "certificates")
-		if a, ok := jsonx.Array(v, p, e); ok {
-			t.Certificates = make([]Certificate, len(a))
-			for i, c := range a {
-				decodeCertificate(c, jsonx.Index(p, i), fr, e, &t.Certificates[i])
-			}
-		}
-	}
+	o.End(&root, tableKeys)
 	return t, rev
 }
 
-// countHint guesses how many targets a route span holds (a count of "leaseId"), to size
-// the shared target pool; a wrong guess only costs a reallocation.
-func countHint(r jsonx.Value) int {
-	n := 0
-	for i := 0; i+9 <= len(r); i++ {
-		if r[i] == '"' && r[i+1] == 'l' && r[i:i+9] == `"leaseId"` {
-			n++
-			i += 8
-		}
-	}
-	return n
+// targetSlab is how many targets one allocation holds: routes' targets are cut from
+// shared slabs rather than allocated route by route.
+const targetSlab = 4096
+
+// routeDecoder reads routes, sharing what repeats between them: the target slabs and one
+// RouteTLS per distinct value (routes are never modified after decoding).
+type routeDecoder struct {
+	s    *jsonx.Stream
+	e    *jsonx.Errors
+	mode Mode
+	pool []Target
+	tls  map[RouteTLS]*RouteTLS
 }
 
-func decodeRoute(raw jsonx.Value, path string, mode Mode, e *jsonx.Errors, r *Route, pool []Target) []Target {
-	m := jsonx.Object(raw, path, e, routeKeys, nil)
-	if m == nil {
-		return pool
-	}
-	if v, ok := m.Lookup("hostname"); ok {
-		r.Hostname = str(v, path, "hostname", e)
-	}
-	if v, ok := m.Lookup("targets"); ok {
-		p := jsonx.Join(path, "targets")
-		if a, ok := jsonx.Array(v, p, e); ok {
-			start := len(pool)
-			for j, tg := range a {
-				pool = append(pool, Target{})
-				decodeTarget(tg, jsonx.Index(p, j), e, &pool[len(pool)-1])
-			}
-			r.Targets = pool[start:len(pool):len(pool)]
-		}
-	}
-	if v, ok := m.Lookup("tls"); ok && v != "null" {
-		r.TLS = decodeRouteTLS(v, jsonx.Join(path, "tls"), mode, e)
-	}
-	return pool
-}
-
-func decodeTarget(raw jsonx.Value, path string, e *jsonx.Errors, t *Target) {
-	m := jsonx.Object(raw, path, e, targetKeys, nil)
-	if m == nil {
+func (d *routeDecoder) route(p *jsonx.Path, r *Route) {
+	s := d.s
+	o, ok := s.Object(p, routeNames)
+	if !ok {
 		return
 	}
-	if v, ok := m.Lookup("leaseId"); ok {
-		t.LeaseID = str(v, path, "leaseId", e)
+	for {
+		i, more := o.Next()
+		if !more {
+			break
+		}
+		mp := p.Key(routeNames[i])
+		switch i {
+		case 0:
+			r.Hostname, _ = s.String(&mp)
+		case 1:
+			if s.Array(&mp) {
+				start := len(d.pool)
+				for j := 0; s.More(); j++ {
+					if len(d.pool) == cap(d.pool) { // a new slab; this route's targets move along
+						next := make([]Target, len(d.pool)-start, max(targetSlab, 2*(len(d.pool)-start)))
+						copy(next, d.pool[start:])
+						d.pool, start = next, 0
+					}
+					d.pool = append(d.pool, Target{})
+					tp := mp.Index(j)
+					d.target(&tp, &d.pool[len(d.pool)-1])
+				}
+				r.Targets = d.pool[start:len(d.pool):len(d.pool)]
+			}
+		case 2:
+			if s.Kind() == 'n' {
+				s.Skip() // null: plain HTTP only
+			} else {
+				r.TLS = d.routeTLS(&mp)
+			}
+		}
 	}
-	if v, ok := m.Lookup("address"); ok {
-		t.Address = str(v, path, "address", e)
-	}
-	if v, ok := m.Lookup("port"); ok {
-		t.Port = int(integer(v, path, "port", e, 1, 65535))
-	}
+	o.End(p, routeKeys)
 }
 
-func decodeRouteTLS(raw jsonx.Value, path string, mode Mode, e *jsonx.Errors) *RouteTLS {
-	keys := tlsKeys
-	if mode == ModeStandalone && hasMember(raw, "acme") {
-		keys = tlsACMEKeys
+func (d *routeDecoder) target(p *jsonx.Path, t *Target) {
+	s := d.s
+	o, ok := s.Object(p, targetKeys)
+	if !ok {
+		return
 	}
-	m := jsonx.Object(raw, path, e, keys, nil)
-	if m == nil {
+	for {
+		i, more := o.Next()
+		if !more {
+			break
+		}
+		mp := p.Key(targetKeys[i])
+		switch i {
+		case 0:
+			t.LeaseID, _ = s.String(&mp)
+		case 1:
+			t.Address, _ = s.Intern(&mp)
+		case 2:
+			n, _ := s.Int(&mp, 1, 65535)
+			t.Port = int(n)
+		}
+	}
+	o.End(p, targetKeys)
+}
+
+// routeTLS reads a route's tls object: {certificateId, redirectHttp}, or in standalone
+// mode {acme, redirectHttp} when acme is a member. Values are judged only for the members
+// of the shape in force (a member outside it is reported as not allowed, nothing more).
+func (d *routeDecoder) routeTLS(p *jsonx.Path) *RouteTLS {
+	s := d.s
+	o, ok := s.Object(p, tlsNames)
+	if !ok {
 		return nil
 	}
-	t := &RouteTLS{}
-	if &keys[0] == &tlsKeys[0] {
-		if v, ok := m.Lookup("certificateId"); ok {
-			t.CertificateID = str(v, path, "certificateId", e)
+	var (
+		v                     RouteTLS
+		kind                  [3]byte // each member's JSON kind, 0 when absent
+		certOK, acmeOK, redOK bool
+	)
+	for {
+		i, more := o.Next()
+		if !more {
+			break
 		}
-	} else if v, ok := m.Lookup("acme"); ok {
-		before := e.Len()
-		t.ACME = boolean(v, path, "acme", e)
-		if !t.ACME && e.Len() == before {
-			e.Addf(jsonx.Join(path, "acme"), "must be true")
+		kind[i] = byte(s.Kind())
+		switch {
+		case i == 0 && kind[i] == '"':
+			v.CertificateID, certOK = s.Intern(p)
+		case i == 1 && (kind[i] == 't' || kind[i] == 'f'):
+			v.ACME, acmeOK = s.Bool(p)
+		case i == 2 && (kind[i] == 't' || kind[i] == 'f'):
+			v.RedirectHTTP, redOK = s.Bool(p)
+		default:
+			s.Skip()
 		}
 	}
-	if v, ok := m.Lookup("redirectHttp"); ok {
-		t.RedirectHTTP = boolean(v, path, "redirectHttp", e)
+	acme := d.mode == ModeStandalone && o.Has(1)
+	if acme {
+		o.End(p, tlsACMEKeys)
+		v.CertificateID = ""
+	} else {
+		o.End(p, tlsKeys)
+		v.ACME = false
 	}
-	return t
+	bad := func(key, what string) {
+		mp := p.Key(key)
+		d.e.Addf(mp.String(), "%s", what)
+	}
+	switch {
+	case !acme && o.Has(0) && !certOK:
+		bad("certificateId", "must be a string")
+	case acme && !acmeOK:
+		bad("acme", "must be a boolean")
+	case acme && !v.ACME:
+		bad("acme", "must be true")
+	}
+	if o.Has(2) && !redOK {
+		bad("redirectHttp", "must be a boolean")
+	}
+	if shared := d.tls[v]; shared != nil {
+		return shared
+	}
+	r := new(RouteTLS)
+	*r = v
+	if len(d.tls) < 1<<16 {
+		d.tls[v] = r
+	}
+	return r
 }
 
 // certificateSources are the two ways a standalone file gives each half of a key pair.
@@ -277,10 +366,4 @@ func readFileField(m jsonx.Members, key, path string, fr *fileReader, e *jsonx.E
 		return "", ""
 	}
 	return fr.read(name, jsonx.Join(path, key), e)
-}
-
-// hasMember reports whether v is an object with a member key.
-func hasMember(v jsonx.Value, key string) bool {
-	fs, _ := v.Fields()
-	return fs.Has(key)
 }

@@ -65,8 +65,8 @@ type Store struct {
 	maxRefused      atomic.Int64            // highest refused revision, -1 for none
 	refused         atomic.Pointer[[]int64] // the last refusedMemory refused revisions
 
-	mu     sync.Mutex // serialises apply; guards states
-	states map[targetID]*TargetState
+	mu       sync.Mutex // serialises apply; guards keyPairs
+	keyPairs keyPairs   // the served table's parsed certificates, by PEM
 }
 
 // NewStore returns an empty store: Load returns nil until a table is applied.
@@ -79,7 +79,6 @@ func NewStore(opts StoreOptions) *Store {
 		now:      opts.Now,
 		redact:   opts.Redact,
 		check:    opts.Check,
-		states:   map[targetID]*TargetState{},
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -190,15 +189,41 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 		s.refuseLocked(err)
 		return err
 	}
-	if !force {
-		if cur := s.applied.Load(); cur >= 0 && t.Revision <= cur {
-			return &Error{Code: CodeStale, Revision: t.Revision}
-		}
-		if s.Refused(t.Revision) {
-			return &Error{Code: CodeAlreadyRefused, Revision: t.Revision}
-		}
+	if err := s.revisionCheckLocked(t, force); err != nil {
+		return err
 	}
-	v := validate(t, s.mode, s.now())
+	return s.applyLocked(t, validate(t, s.mode, s.now(), s.keyPairs), fromState)
+}
+
+// revisionCheckLocked refuses, unless force, a revision not newer than the applied one
+// or refused before. s.mu must be held.
+func (s *Store) revisionCheckLocked(t *Table, force bool) error {
+	if force {
+		return nil
+	}
+	if cur := s.applied.Load(); cur >= 0 && t.Revision <= cur {
+		return &Error{Code: CodeStale, Revision: t.Revision}
+	}
+	if s.Refused(t.Revision) {
+		return &Error{Code: CodeAlreadyRefused, Revision: t.Revision}
+	}
+	return nil
+}
+
+// applyValidated is apply for a table that validate has judged (in the store's mode)
+// and found without violations (PrepareFile).
+func (s *Store) applyValidated(t *Table, v *validated, force, fromState bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.revisionCheckLocked(t, force); err != nil {
+		return err
+	}
+	return s.applyLocked(t, v, fromState)
+}
+
+// applyLocked runs the store's Check, then compiles and swaps in a validated table (or
+// refuses it for v's violations). s.mu must be held.
+func (s *Store) applyLocked(t *Table, v *validated, fromState bool) error {
 	if len(v.violations) == 0 && s.check != nil {
 		v.violations = s.check(t)
 	}
@@ -212,10 +237,10 @@ func (s *Store) apply(t *Table, force, fromState bool) error {
 	if s.mode == ModeStandalone {
 		sortStandalone(t) // a person's file may come in any order (standalone.go)
 	}
-	c, next := compile(t, v.certs, s.states, s.reg)
+	c := compile(t, v.certs, s.cur.Load(), s.reg)
 	c.Warnings = s.redactAll(v.warnings)
 	c.ExpiredCertificates = v.expired
-	s.states = next
+	s.keyPairs = v.byPEM
 	s.cur.Store(c)
 	s.applied.Store(t.Revision)
 	s.routes.Store(int64(len(t.Routes)))

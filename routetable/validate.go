@@ -2,7 +2,9 @@ package routetable
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -23,8 +25,17 @@ type validated struct {
 	violations []string
 	warnings   []string
 	certs      map[string]*tls.Certificate // by id; only certificates that parsed and matched
+	byPEM      keyPairs                    // the same, by their PEM: the next table's prior
 	expired    int
 }
+
+// pemPair is a certificate's PEM and its key's, as the table gives them.
+type pemPair struct{ cert, key string }
+
+// keyPairs are parsed key pairs by their PEM. A table often repeats a certificate (a
+// wildcard under several ids), and a new table mostly repeats the last one's: each
+// distinct pair is parsed once, and not again while it stays in the served table.
+type keyPairs map[pemPair]*tls.Certificate
 
 // ExpiryWarningWindow is how close to its end a leaf's validity is reported as a warning.
 const ExpiryWarningWindow = 14 * 24 * time.Hour
@@ -40,7 +51,7 @@ const ExpiryWarningWindow = 14 * 24 * time.Hour
 // still a violation, naming the entry it repeats. ModeRelay keeps contract §6's strict
 // order.
 func Validate(t *Table, mode Mode) (warnings []string, err error) {
-	v := validate(t, mode, time.Now())
+	v := validate(t, mode, time.Now(), nil)
 	if len(v.violations) > 0 {
 		return v.warnings, newInvalid(revisionOf(t), v.violations)
 	}
@@ -54,7 +65,9 @@ func revisionOf(t *Table) int64 {
 	return t.Revision
 }
 
-func validate(t *Table, mode Mode, now time.Time) *validated {
+// validate judges t (Validate). prior, which may be nil, holds key pairs parsed before
+// (the served table's): a certificate whose PEM is there is not parsed again.
+func validate(t *Table, mode Mode, now time.Time, prior keyPairs) *validated {
 	v := &validated{}
 	if t == nil {
 		v.violations = append(v.violations, "the route table is missing")
@@ -70,6 +83,7 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 		e.Addf("certificates", "must hold at most %d certificates (it holds %d)", MaxCertificates, n)
 	}
 	v.certs = make(map[string]*tls.Certificate, len(t.Certificates))
+	v.byPEM = make(keyPairs)
 	index := make(map[string]int, len(t.Certificates)) // id -> first position
 	standalone := mode == ModeStandalone
 	for i := range t.Certificates {
@@ -87,7 +101,23 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 		case !standalone && i > 0 && c.ID <= t.Certificates[i-1].ID:
 			e.Addf(p+".id", "must sort strictly after certificates[%d].id (byte order, no duplicates)", i-1)
 		}
-		kp, w, expired := parseCertificate(c, p, now, e)
+		var (
+			w       string
+			expired bool
+			pair    = pemPair{c.CertificatePEM, c.PrivateKeyPEM}
+		)
+		kp := v.byPEM[pair]
+		if kp == nil {
+			kp = prior[pair]
+		}
+		if kp != nil { // parsed before, without a violation: only the dates are judged again
+			w, expired = expiryWarning(p, c.ID, kp.Leaf.NotBefore, kp.Leaf.NotAfter, now)
+		} else {
+			kp, w, expired = parseCertificate(c, p, now, e)
+		}
+		if kp != nil {
+			v.byPEM[pair] = kp
+		}
 		if w != "" {
 			v.warnings = append(v.warnings, w)
 		}
@@ -105,51 +135,55 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 	if n := len(t.Routes); n > MaxRoutes {
 		e.Addf("routes", "must hold at most %d routes (it holds %d)", MaxRoutes, n)
 	}
-	var hosts map[string]int // standalone: hostname -> first position
-	if standalone {
+	// Standalone: hostname -> first position, to name the route a hostname repeats. A
+	// file in strictly ascending order (as generated files are) repeats none, and needs
+	// no map.
+	var hosts map[string]int
+	if standalone && !strictlyAscending(t.Routes) {
 		hosts = make(map[string]int, len(t.Routes))
 	}
 	for i := range t.Routes {
 		r := &t.Routes[i]
-		p := jsonx.Index("routes", i)
+		// Paths are written only for a violation: 100,000 routes have none.
+		p := func(member string) string { return jsonx.Index("routes", i) + member }
 		okHost := ValidHostname(r.Hostname)
 		if !okHost {
-			e.Addf(p+".hostname", msgHostname)
+			e.Addf(p(".hostname"), msgHostname)
 		}
-		if standalone {
+		if hosts != nil {
 			if first, dup := hosts[r.Hostname]; dup && okHost {
-				e.Addf(p+".hostname", "repeats routes[%d].hostname %q (one route per hostname)", first, r.Hostname)
+				e.Addf(p(".hostname"), "repeats routes[%d].hostname %q (one route per hostname)", first, r.Hostname)
 			} else if !dup {
 				hosts[r.Hostname] = i
 			}
-		} else if i > 0 && r.Hostname <= t.Routes[i-1].Hostname {
-			e.Addf(p+".hostname", "must sort strictly after routes[%d].hostname (byte order, no duplicates)", i-1)
+		} else if !standalone && i > 0 && r.Hostname <= t.Routes[i-1].Hostname {
+			e.Addf(p(".hostname"), "must sort strictly after routes[%d].hostname (byte order, no duplicates)", i-1)
 		}
-		validateTargets(r.Targets, p+".targets", standalone, e)
+		validateTargets(r.Targets, i, standalone, e)
 		if r.TLS == nil {
 			continue
 		}
-		tp := p + ".tls"
+		tp := func(member string) string { return p(".tls" + member) }
 		switch {
 		case r.TLS.ACME && mode != ModeStandalone:
-			e.Addf(tp+".acme", "is only allowed in standalone mode")
+			e.Addf(tp(".acme"), "is only allowed in standalone mode")
 		case r.TLS.ACME && r.TLS.CertificateID != "":
-			e.Addf(tp, "must name either certificateId or acme, not both")
+			e.Addf(tp(""), "must name either certificateId or acme, not both")
 		case r.TLS.ACME:
 			// The acme package obtains it. A wildcard is valid by the contract, but only
 			// the DNS-01 challenge can prove one, and the ingress answers HTTP-01 and
 			// TLS-ALPN-01 only: say so rather than let handshakes fail without a word.
 			if strings.HasPrefix(r.Hostname, "*.") {
-				v.warnings = append(v.warnings, tp+".acme: a wildcard certificate needs the DNS-01 challenge, "+
+				v.warnings = append(v.warnings, tp(".acme")+": a wildcard certificate needs the DNS-01 challenge, "+
 					"which this ingress does not answer; none is requested and TLS handshakes for "+r.Hostname+
 					" fail (plain HTTP is served unless redirectHttp is true)")
 			}
 		case !jsonx.IsID(r.TLS.CertificateID):
-			e.Addf(tp+".certificateId", msgID)
+			e.Addf(tp(".certificateId"), msgID)
 		default:
 			ci, ok := index[r.TLS.CertificateID]
 			if !ok {
-				e.Addf(tp+".certificateId", "names %q, which is not in certificates", r.TLS.CertificateID)
+				e.Addf(tp(".certificateId"), "names %q, which is not in certificates", r.TLS.CertificateID)
 				break
 			}
 			referenced[ci] = true
@@ -157,8 +191,8 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 			if kp == nil || !okHost {
 				break // the certificate's own violations are reported at its path
 			}
-			if kp.Leaf.VerifyHostname(r.Hostname) != nil {
-				e.Addf(tp+".certificateId", "names certificates[%d], whose leaf does not cover %q", ci, r.Hostname)
+			if !covers(kp.Leaf, r.Hostname) {
+				e.Addf(tp(".certificateId"), "names certificates[%d], whose leaf does not cover %q", ci, r.Hostname)
 			}
 		}
 	}
@@ -171,34 +205,65 @@ func validate(t *Table, mode Mode, now time.Time) *validated {
 	return v
 }
 
-// validateTargets judges one route's targets. standalone: any order, no repeats.
-func validateTargets(ts []Target, path string, standalone bool, e *jsonx.Errors) {
+// validateTargets judges the targets of routes[route]. standalone: any order, no repeats.
+// Paths are written only for a violation.
+func validateTargets(ts []Target, route int, standalone bool, e *jsonx.Errors) {
+	path := func() string { return jsonx.Index("routes", route) + ".targets" }
 	if n := len(ts); n < 1 || n > MaxTargetsPerRoute {
-		e.Addf(path, "must hold 1 to %d targets (it holds %d)", MaxTargetsPerRoute, n)
+		e.Addf(path(), "must hold 1 to %d targets (it holds %d)", MaxTargetsPerRoute, n)
 	}
 	for j := range ts {
 		tg := &ts[j]
-		p := path + "[" + strconv.Itoa(j) + "]"
+		p := func(member string) string { return path() + "[" + strconv.Itoa(j) + "]" + member }
 		if !jsonx.IsID(tg.LeaseID) {
-			e.Addf(p+".leaseId", msgID)
+			e.Addf(p(".leaseId"), msgID)
 		}
 		if !ValidTargetAddress(tg.Address) {
-			e.Addf(p+".address", msgAddress)
+			e.Addf(p(".address"), msgAddress)
 		}
 		if tg.Port < 1 || tg.Port > 65535 {
-			e.Addf(p+".port", "must be an integer from 1 to 65535")
+			e.Addf(p(".port"), "must be an integer from 1 to 65535")
 		}
 		if standalone {
 			for k := range j { // at most 64 targets: no map needed
 				if ts[k].Address == tg.Address && ts[k].Port == tg.Port {
-					e.Addf(p, "repeats %s[%d] (the same address and port)", path, k)
+					e.Addf(p(""), "repeats %s[%d] (the same address and port)", path(), k)
 					break
 				}
 			}
 		} else if j > 0 && compareTargets(tg, &ts[j-1]) <= 0 {
-			e.Addf(p, "must sort strictly after %s[%d] (address as a string, then port as a number; no duplicates)", path, j-1)
+			e.Addf(p(""), "must sort strictly after %s[%d] (address as a string, then port as a number; no duplicates)", path(), j-1)
 		}
 	}
+}
+
+// strictlyAscending reports whether the routes' hostnames ascend strictly (byte order).
+func strictlyAscending(routes []Route) bool {
+	for i := 1; i < len(routes); i++ {
+		if routes[i].Hostname <= routes[i-1].Hostname {
+			return false
+		}
+	}
+	return true
+}
+
+// covers reports whether leaf is valid for the route hostname host, as
+// leaf.VerifyHostname(host) == nil does. The common cases (a SAN equal to host, or a
+// wildcard SAN for host's parent domain) are answered without VerifyHostname's
+// allocations; everything else (an IP-like name, a SAN in upper case, a miss) is left
+// to it.
+func covers(leaf *x509.Certificate, host string) bool {
+	if _, err := netip.ParseAddr(host); err != nil { // VerifyHostname matches IPs otherwise
+		_, parent, dotted := strings.Cut(host, ".")
+		wild := strings.HasPrefix(host, "*.") // not a valid name to match: exact SANs only
+		for _, san := range leaf.DNSNames {
+			if san == host || !wild && dotted && len(san) == len(parent)+2 &&
+				strings.HasPrefix(san, "*.") && san[2:] == parent {
+				return true
+			}
+		}
+	}
+	return leaf.VerifyHostname(host) == nil
 }
 
 // expiryWarning describes a leaf outside its validity window (expired: true) or within

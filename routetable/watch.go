@@ -1,10 +1,12 @@
 package routetable
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,19 +26,44 @@ const DefaultDebounce = 150 * time.Millisecond
 // in ModeStandalone. The error lists every violation (an *Error with CodeInvalid), or
 // says why the file could not be read; it never contains key material.
 func LoadFile(path string) (*Table, error) {
+	p, err := PrepareFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return p.t, nil
+}
+
+// PreparedFile is a standalone routes file read, decoded and judged once (PrepareFile),
+// so that the FileSource given it (FileSourceOptions.Prepared) applies it at its first
+// Load without reading, decoding or validating it again: the ingress judges its --routes
+// file before it starts anything, and a 100,000-route file is not worth judging twice.
+type PreparedFile struct {
+	path  string
+	t     *Table
+	v     *validated
+	sum   [sha256.Size]byte
+	files []string
+}
+
+// PrepareFile is LoadFile, keeping what a FileSource for path needs to apply the table.
+func PrepareFile(path string) (*PreparedFile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("routetable: read routes file: %w", err)
 	}
-	t, _, err := DecodeFile(data, filepath.Dir(path))
+	t, fr, err := decodeFile(data, filepath.Dir(filepath.Clean(path)))
 	if err != nil {
 		return nil, err
 	}
-	if _, err := Validate(t, ModeStandalone); err != nil {
-		return nil, err
+	v := validate(t, ModeStandalone, time.Now(), nil)
+	if len(v.violations) > 0 {
+		return nil, newInvalid(revisionOf(t), v.violations)
 	}
-	return t, nil
+	return &PreparedFile{path: filepath.Clean(path), t: t, v: v, sum: fr.sum(), files: fr.files}, nil
 }
+
+// Table returns the judged table. It must not be modified: the FileSource applies it.
+func (p *PreparedFile) Table() *Table { return p.t }
 
 // FileSourceOptions configure a FileSource. The zero value is usable.
 type FileSourceOptions struct {
@@ -51,6 +78,9 @@ type FileSourceOptions struct {
 	// directory) and names the source in messages. The certificate files the document
 	// names are still read and watched (`ingress proxy` serves its one route this way).
 	Document []byte
+	// Prepared, when it was made by PrepareFile for the same path, is what the first Load
+	// applies instead of reading and judging the file again.
+	Prepared *PreparedFile
 }
 
 // FileSource feeds a Store (created with ModeStandalone) from a --routes file: once at
@@ -64,6 +94,7 @@ type FileSourceOptions struct {
 type FileSource struct {
 	path     string
 	doc      []byte // FileSourceOptions.Document
+	prepared *PreparedFile
 	store    *Store
 	log      *zap.Logger
 	debounce time.Duration
@@ -81,6 +112,7 @@ func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSourc
 	f := &FileSource{
 		path:     filepath.Clean(path),
 		doc:      opts.Document,
+		prepared: opts.Prepared,
 		store:    store,
 		log:      opts.Logger,
 		debounce: opts.Debounce,
@@ -97,10 +129,23 @@ func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSourc
 
 // Load reads the file and applies it if its content changed since the last load. It
 // returns nil for an unchanged file, or the reason the file was not applied (a read
-// error, or an *Error listing every violation).
+// error, or an *Error listing every violation). An unchanged file (certificate files
+// included) costs its hash, not a decode.
 func (f *FileSource) Load() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if p := f.prepared; p != nil {
+		f.prepared = nil // once: later loads read the file
+		if p.path == f.path && f.doc == nil && f.store.Mode() == ModeStandalone {
+			f.sum, f.haveSum, f.files = p.sum, true, p.files
+			return f.store.applyValidated(p.t, p.v, true, false)
+		}
+	}
+	standalone := f.store.Mode() == ModeStandalone
+	if f.haveSum && standalone && f.unchanged() {
+		f.log.Debug("routes file unchanged", zap.String("path", f.path))
+		return nil
+	}
 	data := f.doc
 	if data == nil {
 		var err error
@@ -113,7 +158,7 @@ func (f *FileSource) Load() error {
 		sum [sha256.Size]byte
 		err error
 	)
-	if f.store.Mode() == ModeStandalone {
+	if standalone {
 		var fr *fileReader
 		t, fr, err = decodeFile(data, filepath.Dir(f.path))
 		sum = fr.sum()
@@ -136,6 +181,23 @@ func (f *FileSource) Load() error {
 		return err
 	}
 	return f.store.ApplyStandalone(t, true)
+}
+
+// unchanged reports whether the file and the certificate files it named hash to the
+// sum of the last load, reading the file as a stream: a change event or the watch's
+// start then costs no decode, and no copy of a 28 MB file in memory. f.mu must be held.
+func (f *FileSource) unchanged() bool {
+	var src io.Reader = bytes.NewReader(f.doc)
+	if f.doc == nil {
+		file, err := os.Open(f.path)
+		if err != nil {
+			return false
+		}
+		defer file.Close()
+		src = file
+	}
+	sum, err := fingerprint(src, filepath.Dir(f.path), f.files)
+	return err == nil && sum == f.sum
 }
 
 // watchList returns the files whose changes trigger a reload, by directory: the route

@@ -96,3 +96,55 @@ func TestDayParse(t *testing.T) {
 		}
 	}
 }
+
+// TestHostsBatch: Hosts returns the same Host as Host for a known name, one Host for a
+// name given twice, and new Hosts whose slots are cache-line aligned like Host's.
+func TestHostsBatch(t *testing.T) {
+	r := NewRegistry(Options{})
+	known := r.Host("known.test")
+	names := []string{"a.test", "known.test", "b.test", "a.test"}
+	for i := range 3000 {
+		names = append(names, "h"+time.Duration(i).String()+".test")
+	}
+	hs := r.Hosts(names)
+	if hs[1] != known || hs[0] != hs[3] || hs[0] == hs[2] || hs[0].Name() != "a.test" {
+		t.Fatalf("Hosts = %v", hs[:4])
+	}
+	for i, h := range hs {
+		if r.Host(names[i]) != h {
+			t.Fatalf("Host(%q) is not what Hosts returned", names[i])
+		}
+		for k := range h.slots {
+			if p := uintptr(unsafe.Pointer(&h.slots[k])); p%64 != 0 {
+				t.Fatalf("host %d slot %d at %#x, not cache-line aligned", i, k, p)
+			}
+		}
+	}
+	hs[2].Request(10, 20)
+	if got := r.Host("b.test"); got.cur().requests.Load() != 1 {
+		t.Fatal("a request on a batch Host is not counted under its name")
+	}
+}
+
+// TestHostsFirstTableIndexedLater: the first table's Hosts are handed out before they are
+// indexed; what is recorded in them meanwhile is found by every reader afterwards.
+func TestHostsFirstTableIndexedLater(t *testing.T) {
+	r := NewRegistry(Options{})
+	hs := r.Hosts([]string{"a.test", "b.test"})
+	if len(r.pending) != 2 || len(r.hosts) != 0 {
+		t.Fatalf("pending %d, indexed %d: the first table's Hosts should wait", len(r.pending), len(r.hosts))
+	}
+	hs[1].Request(1, 2)
+	if r.Host("b.test") != hs[1] || r.Host("a.test") != hs[0] {
+		t.Fatal("Host does not find the Hosts made by Hosts")
+	}
+	again := r.Hosts([]string{"b.test", "c.test"})
+	if again[0] != hs[1] || again[1] == nil || again[1].Name() != "c.test" {
+		t.Fatalf("Hosts after the first = %v", again)
+	}
+	fresh := NewRegistry(Options{})
+	fresh.Hosts([]string{"q.test"})[0].Request(3, 4)
+	if got := fresh.todayCounters(); len(got) != 1 || got[0].name != "q.test" || got[0].c.Requests != 1 {
+		t.Fatalf("today's counters %+v, want q.test with one request", got)
+	}
+}

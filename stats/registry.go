@@ -2,6 +2,7 @@ package stats
 
 import (
 	"crypto/rand"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -61,6 +62,7 @@ type Registry struct {
 
 	mu      sync.Mutex
 	hosts   map[string]*Host
+	pending []*Host            // made by Hosts before any was known, not yet in hosts
 	sorted  []*Host            // hosts ordered by name; nil when a Host was added since
 	history map[Day]*dayRecord // days that left the live slots, and restored days
 	loaded  bool               // Load was called, so Flush may overwrite the file
@@ -115,7 +117,91 @@ func (r *Registry) Today() Day { return Day(r.today.Load() - 1) }
 func (r *Registry) Host(hostname string) *Host {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.indexPendingLocked()
 	return r.hostLocked(hostname)
+}
+
+// Hosts is Host for every name of names at once (a route table's hostnames, which are
+// distinct), under one lock: the index of hostnames grows once, and the new Hosts are
+// allocated together, one block of 320-byte Hosts that keeps every slot on its own cache
+// line (the block starts on a page, and 320 is five cache lines). out[i] belongs to
+// names[i].
+//
+// While the registry knows no hostname yet (the first table of a start), the Hosts are
+// returned without being indexed, which a 100,000-route table would make wait for
+// 100,000 map insertions before the first request: they are indexed by the registry's
+// next call that needs them (Run's first rollover check, a query, a scrape, a snapshot),
+// in the background of the first requests. A name given twice is then one Host only if
+// the registry knew some hostname already.
+func (r *Registry) Hosts(names []string) []*Host {
+	out := make([]*Host, len(names))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.hosts) == 0 && len(r.pending) == 0 && len(names) > 0 {
+		block := make([]Host, len(names))
+		cur := r.today.Load()
+		r.pending = make([]*Host, len(names))
+		for i, n := range names {
+			h := &block[i]
+			h.name, h.today = n, &r.today
+			h.slots[cur&(ringSize-1)].day.Store(cur)
+			out[i], r.pending[i] = h, h
+		}
+		return out
+	}
+	r.indexPendingLocked()
+	missing := 0
+	for i, n := range names {
+		if out[i] = r.hosts[n]; out[i] == nil {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return out
+	}
+	if missing > len(r.hosts)/4 {
+		grown := make(map[string]*Host, len(r.hosts)+missing)
+		maps.Copy(grown, r.hosts)
+		r.hosts = grown
+	}
+	block := make([]Host, missing)
+	cur := r.today.Load()
+	for i, n := range names {
+		if out[i] != nil {
+			continue
+		}
+		if h := r.hosts[n]; h != nil { // a name given twice
+			out[i] = h
+			continue
+		}
+		h := &block[0]
+		block = block[1:]
+		h.name, h.today = n, &r.today
+		h.slots[cur&(ringSize-1)].day.Store(cur)
+		r.hosts[n] = h
+		out[i] = h
+	}
+	r.sorted = nil
+	return out
+}
+
+// indexPendingLocked puts the Hosts that Hosts made without indexing them in the index.
+// Recording into them never waited for it: only the registry's own readers need it,
+// and each calls this first. r.mu must be held.
+func (r *Registry) indexPendingLocked() {
+	if len(r.pending) == 0 {
+		return
+	}
+	if len(r.hosts) == 0 {
+		r.hosts = make(map[string]*Host, len(r.pending))
+	}
+	for _, h := range r.pending {
+		if r.hosts[h.name] == nil {
+			r.hosts[h.name] = h
+		}
+	}
+	r.pending = nil
+	r.sorted = nil
 }
 
 func (r *Registry) hostLocked(hostname string) *Host {
@@ -132,6 +218,7 @@ func (r *Registry) hostLocked(hostname string) *Host {
 
 // sortedLocked returns every Host ordered by name (byte order).
 func (r *Registry) sortedLocked() []*Host {
+	r.indexPendingLocked()
 	if r.sorted == nil {
 		s := make([]*Host, 0, len(r.hosts))
 		for _, h := range r.hosts {
@@ -171,6 +258,7 @@ func (r *Registry) rollLocked(day Day) {
 	if next <= cur {
 		return
 	}
+	r.indexPendingLocked() // their slots roll too
 	// Only the last ringSize days of a jump can need a slot; walking them visits every
 	// slot once, so a jump of years costs the same as a jump of four days.
 	start := cur + 1

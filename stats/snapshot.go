@@ -66,6 +66,7 @@ func (r *Registry) Flush() error {
 	r.fileMu.Lock()
 	defer r.fileMu.Unlock()
 	r.mu.Lock()
+	r.indexPendingLocked()
 	if !r.loaded {
 		r.mu.Unlock()
 		return ErrNotLoaded
@@ -122,6 +123,7 @@ func writeFileAtomic(path string, data []byte) error {
 func (r *Registry) Load() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.indexPendingLocked()
 	if r.loaded {
 		return nil
 	}

@@ -39,7 +39,7 @@ const acmeStorageDir = "acme"
 func (o *options) acmeFlags(fs *flag.FlagSet) {
 	a := &o.ACME
 	a.defaults()
-	fs.StringVar(&a.CA, "acme-ca", a.CA, "ACME directory URL the certificates of tls.acme routes come from (standalone mode)")
+	fs.StringVar(&a.CA, "acme-ca", a.CA, "ACME directory URL the certificates of tls.acme routes (standalone mode) and of ingress proxy --acme come from")
 	fs.StringVar(&a.Email, "acme-email", a.Email, "contact address of the ACME account (optional; the CA may send expiry notices there)")
 	fs.StringVar(&a.CARoot, "acme-ca-root", a.CARoot, "PEM file of CA certificates trusted for --acme-ca besides the system roots (a private CA)")
 	fs.BoolVar(&a.Agree, "acme-agree", a.Agree, "agree to the ACME CA's terms of service (required when its directory names terms, as Let's Encrypt's does)")

@@ -166,6 +166,7 @@ Usage:
                                            SERVEZONE_* variables name and serves its route tables
   ingress --routes FILE [flags]            standalone: serve the route table in FILE, no relay
   ingress proxy --from HOST --to ADDR ...  quick start: one route from the command line, no file
+                                           (--acme: with a certificate obtained over ACME)
   ingress validate [--relay] FILE | -      check a route file as the running ingress would; exit 0 or 2
   ingress demo [flags]                     a development relay, two backends and the ingress on
                                            loopback, with curl lines to try
@@ -216,17 +217,25 @@ INGRESS_* variables are not read.
 Flags (the ingress's, with loopback defaults):
 `,
 	"proxy": `Usage: ingress proxy --from HOST --to ADDR [--to ADDR]... [--tls-cert FILE --tls-key FILE] [flags]
+       ingress proxy --from HOST --to ADDR [--to ADDR]... --acme --state-dir DIR \
+         --acme-email ADDRESS --acme-agree [flags]
 
 Quick start without a route file: serves one route, HOST, balanced over the targets
 (power of two choices, with passive health checks). With --tls-cert and --tls-key HOST is
 also served over TLS (and HTTP/3) with that certificate, and over plain HTTP too unless
---redirect-http is given; the files are re-read when they change and on SIGHUP. Every
-flag of the ingress applies (INGRESS_* variables too), --routes and the relay aside.
+--redirect-http is given; the files are re-read when they change and on SIGHUP. With
+--acme the certificate is obtained from an ACME CA (Let's Encrypt unless --acme-ca) and
+renewed before it expires, kept with the account key under --state-dir; --acme-email and
+--acme-agree (the CA's terms of service) are required, and the CA must reach HOST on
+--http-addr (port 80) or --https-addr (443). Every flag of the ingress applies (INGRESS_*
+variables too), --routes and the relay aside.
 
 Examples:
   ingress proxy --from app.example.test --to 127.0.0.1:3000 --http-addr :8080
   ingress proxy --from app.example.test --to 10.0.0.5:3000 --to 10.0.0.6:3000 \
     --tls-cert app.crt --tls-key app.key --redirect-http
+  ingress proxy --from app.example.com --to 127.0.0.1:3000 --acme --redirect-http \
+    --state-dir /var/lib/ingress --acme-email ops@example.com --acme-agree
 
 Flags:
 `,

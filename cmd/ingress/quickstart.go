@@ -19,10 +19,12 @@ import (
 )
 
 // quickStart is what `ingress proxy` serves: one route per --from hostname, all with the
-// same targets and, with --tls-cert and --tls-key, the same certificate.
+// same targets and, with --tls-cert and --tls-key, the same certificate or, with --acme,
+// a certificate per hostname obtained and renewed over ACME.
 type quickStart struct {
 	from, to  listFlag
 	cert, key string
+	acme      bool
 	redirect  bool
 }
 
@@ -41,9 +43,23 @@ func (l *listFlag) Set(v string) error {
 }
 
 // runProxy is `ingress proxy --from HOST --to ADDR [--to ADDR]... [--tls-cert FILE
-// --tls-key FILE]`: a standalone ingress whose table is built from the command line
-// instead of read from a file (its certificate files are read and watched the same way).
+// --tls-key FILE | --acme ...]`: a standalone ingress whose table is built from the command
+// line instead of read from a file (its certificate files are read and watched the same
+// way; with --acme the acme package obtains its certificates, as for a file's tls.acme
+// routes).
 func runProxy(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) error {
+	in, stop, err := newProxyInstance(args, stderr, lookup)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return in.run(ctx)
+}
+
+// newProxyInstance judges `ingress proxy`'s command line and builds its instance,
+// listeners bound and the route applied, without running it; stop ends the process's
+// logger and profile after the run.
+func newProxyInstance(args []string, stderr io.Writer, lookup func(string) (string, bool)) (*instance, func(), error) {
 	o := defaultOptions()
 	o.LogFormat = "console" // a person is watching; --log-format json for machines
 	fs := o.flagSet("ingress proxy", stderr)
@@ -52,9 +68,10 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	fs.Var(&q.to, "to", "a target: IPv4:port, localhost:port or :port (loopback); repeat it, or separate by commas, for several")
 	fs.StringVar(&q.cert, "tls-cert", "", "PEM certificate file (the leaf first, then its chain) covering every --from: serve TLS with it")
 	fs.StringVar(&q.key, "tls-key", "", "PEM private key file of --tls-cert (PKCS#1, PKCS#8 or SEC 1)")
+	fs.BoolVar(&q.acme, "acme", false, "serve TLS with a certificate for each --from obtained and renewed over ACME (Let's Encrypt unless --acme-ca); needs --state-dir, --acme-email and --acme-agree")
 	fs.BoolVar(&q.redirect, "redirect-http", false, "with TLS: answer plain HTTP with a 308 redirect to https instead of serving it")
 	if err := parseFlags(fs, "proxy", args, lookup); err != nil {
-		return err
+		return nil, nil, err
 	}
 	var problems []error
 	if err := o.validate(); err != nil {
@@ -66,17 +83,25 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	if o.RelayCA != "" || o.AllowInsecureRelay {
 		problems = append(problems, errors.New("--relay-ca and --allow-insecure-relay have no use with ingress proxy (it has no relay)"))
 	}
+	var extra func(*routetable.Table) []string // the store's ACME rule, once --acme is sound
+	if err := q.checkACME(o); err != nil {
+		problems = append(problems, err)
+	} else {
+		extra = acmeCheck(o)
+	}
 	doc, err := q.document()
 	if err != nil {
 		problems = append(problems, err)
-	} else if err := checkQuickStart(doc); err != nil {
+	} else if err := checkQuickStart(doc, extra); err != nil {
+		problems = append(problems, err)
+	}
+	if err := o.loadACMERoots(); err != nil {
 		problems = append(problems, err)
 	}
 	log, stop, err := startProcess(o, problems, stderr)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer stop()
 
 	var ec env.Config
 	if node, ok := lookup(env.VarNodeID); ok && env.IsID(node) {
@@ -84,12 +109,55 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer, lookup func(
 	}
 	in, err := newInstance(o, instanceDeps{env: ec, log: log, routesDoc: doc})
 	if err != nil {
-		return err
+		stop()
+		return nil, nil, err
+	}
+	tlsFrom := "off"
+	switch {
+	case q.acme:
+		tlsFrom = "acme " + o.ACME.CA
+	case q.cert != "":
+		tlsFrom = "files"
 	}
 	log.Info("quick start: one route from the command line",
-		zap.Strings("from", q.from), zap.Strings("to", q.to), zap.Bool("tls", q.cert != ""),
-		zap.Bool("redirectHttp", q.redirect && q.cert != ""))
-	return in.run(ctx)
+		zap.Strings("from", q.from), zap.Strings("to", q.to), zap.String("tls", tlsFrom),
+		zap.Bool("redirectHttp", q.redirect && (q.cert != "" || q.acme)))
+	return in, stop, nil
+}
+
+// checkACME judges --acme against the rest of the command line: it needs a state
+// directory (the certificates and the account key), a contact address, the CA's terms
+// agreed to and a TLS listener, and excludes certificate files and wildcards.
+func (q *quickStart) checkACME(o options) error {
+	if !q.acme {
+		return nil
+	}
+	var problems []error
+	var missing []string
+	if o.StateDir == "" {
+		missing = append(missing, "--state-dir DIR (where the certificates and the ACME account key are kept across restarts)")
+	}
+	if o.ACME.Email == "" {
+		missing = append(missing, "--acme-email ADDRESS (the ACME account's contact, where the CA sends expiry notices)")
+	}
+	if !o.ACME.Agree {
+		missing = append(missing, "--acme-agree (agreeing to the CA's terms of service)")
+	}
+	if o.HTTPSAddr == "" {
+		missing = append(missing, "--https-addr (the TLS listener that serves the certificate)")
+	}
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Errorf("--acme needs %s", strings.Join(missing, ", ")))
+	}
+	if q.cert != "" || q.key != "" {
+		problems = append(problems, errors.New("--acme and --tls-cert/--tls-key both give the certificate: use one or the other"))
+	}
+	for _, from := range q.from {
+		if strings.HasPrefix(from, "*.") {
+			problems = append(problems, fmt.Errorf("--acme cannot obtain a certificate for --from %q: a wildcard needs the DNS-01 challenge, which the ingress does not answer (name each hostname, or use --tls-cert and --tls-key)", from))
+		}
+	}
+	return errors.Join(problems...)
 }
 
 // document builds the standalone table of the quick start, or says which flag is wrong.
@@ -104,8 +172,8 @@ func (q *quickStart) document() ([]byte, error) {
 	if (q.cert == "") != (q.key == "") {
 		problems = append(problems, errors.New("--tls-cert and --tls-key go together: give both to serve TLS, or neither"))
 	}
-	if q.redirect && q.cert == "" {
-		problems = append(problems, errors.New("--redirect-http needs --tls-cert and --tls-key: without TLS there is nothing to redirect to"))
+	if q.redirect && q.cert == "" && !q.acme {
+		problems = append(problems, errors.New("--redirect-http needs --acme, or --tls-cert and --tls-key: without TLS there is nothing to redirect to"))
 	}
 	var targets []routetable.Target
 	for i, to := range q.to {
@@ -137,6 +205,8 @@ func (q *quickStart) document() ([]byte, error) {
 		}
 		doc.Certificates = append(doc.Certificates, certificate{ID: "quick-start", CertificateFile: cert, PrivateKeyFile: key})
 		tlsOn = &routetable.RouteTLS{CertificateID: "quick-start", RedirectHTTP: q.redirect}
+	} else if q.acme {
+		tlsOn = &routetable.RouteTLS{ACME: true, RedirectHTTP: q.redirect}
 	}
 	for _, from := range q.from {
 		host := strings.TrimSuffix(strings.ToLower(from), ".")
@@ -175,12 +245,18 @@ func quickTarget(to string) (string, int, error) {
 	return host, port, nil
 }
 
-// checkQuickStart judges the quick start's table as the instance will, so that a bad
-// certificate is reported with the other problems, in terms of the flags.
-func checkQuickStart(doc []byte) error {
+// checkQuickStart judges the quick start's table as the instance will (with extra, when
+// set, as the store's extra rule), so that a bad certificate is reported with the other
+// problems, in terms of the flags.
+func checkQuickStart(doc []byte, extra func(*routetable.Table) []string) error {
 	t, _, err := routetable.DecodeFile(doc, ".")
 	if err == nil {
 		_, err = routetable.Validate(t, routetable.ModeStandalone)
+	}
+	if err == nil && extra != nil {
+		if v := extra(t); len(v) > 0 {
+			err = &routetable.Error{Violations: v}
+		}
 	}
 	var re *routetable.Error
 	if !errors.As(err, &re) {
@@ -204,6 +280,7 @@ var quickStartRewrites = []struct {
 	{regexp.MustCompile(`^routes\[\d+\]\.tls\.certificateId names certificates\[0\], whose leaf`), "--tls-cert: the certificate"},
 	{regexp.MustCompile(`^routes\[\d+\]\.targets\[\d+\] repeats routes\[\d+\]\.targets\[\d+\] \(the same address and port\)`), "--to: a target is given twice"},
 	{regexp.MustCompile(`^routes\[\d+\]\.hostname repeats routes\[\d+\]\.hostname`), "--from: a hostname is given twice:"},
+	{regexp.MustCompile(`^routes\[\d+\]\.tls\.acme`), "--acme"},
 	{regexp.MustCompile(`^routes\[\d+\]\.targets`), "--to"},
 	{regexp.MustCompile(`^routes\[\d+\]\.hostname`), "--from"},
 }

@@ -43,6 +43,8 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	if err := parseFlags(fs, "", args, lookup); err != nil {
 		return err
 	}
+	steadyGC := startGC(lookup) // until the first table (routes file, last-known-good) is applied
+	defer steadyGC()
 	var problems []error
 	if err := o.validate(); err != nil {
 		problems = append(problems, err)
@@ -63,12 +65,14 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 			problems = append(problems, err)
 		}
 	}
+	var routes *routetable.PreparedFile
 	if o.Routes != "" {
 		// Judge the file now so that its violations join the other problems; the
-		// instance loads it again through its watcher.
-		if t, err := routetable.LoadFile(o.Routes); err != nil {
+		// instance's watcher applies what was judged here without reading it again.
+		var err error
+		if routes, err = routetable.PrepareFile(o.Routes); err != nil {
 			problems = append(problems, fmt.Errorf("--routes %s refused:\n%w", o.Routes, err))
-		} else if v := acmeCheck(o)(t); len(v) > 0 {
+		} else if v := acmeCheck(o)(routes.Table()); len(v) > 0 {
 			problems = append(problems, fmt.Errorf("--routes %s refused:\n%s", o.Routes, strings.Join(v, "\n")))
 		}
 	}
@@ -81,10 +85,12 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	}
 	defer stop()
 
-	in, err := newInstance(o, instanceDeps{env: ec, relayTLS: relayTLS, log: log})
+	in, err := newInstance(o, instanceDeps{env: ec, relayTLS: relayTLS, log: log, routes: routes})
 	if err != nil {
 		return err
 	}
+	routes = nil // applied: the watcher holds what it needs
+	steadyGC()
 	return in.run(ctx)
 }
 
@@ -128,6 +134,9 @@ type instanceDeps struct {
 	// routesDoc, when set, is the standalone table `ingress proxy` serves (with o.Routes
 	// empty): loaded like a routes file, its certificate files watched.
 	routesDoc []byte
+	// routes, when set, is the --routes file as runIngress judged it: the watcher's first
+	// load applies it.
+	routes *routetable.PreparedFile
 }
 
 // instance is one running ingress: every component, wired, listeners bound.
@@ -280,7 +289,7 @@ func (in *instance) loadRoutes(o options, d instanceDeps) error {
 			return configError{fmt.Errorf("the route refused:\n%w", err)}
 		}
 	case o.Routes != "":
-		in.watcher = routetable.NewFileSource(o.Routes, in.store, routetable.FileSourceOptions{Logger: in.log.Named("routes")})
+		in.watcher = routetable.NewFileSource(o.Routes, in.store, routetable.FileSourceOptions{Logger: in.log.Named("routes"), Prepared: d.routes})
 		if err := in.watcher.Load(); err != nil {
 			return configError{fmt.Errorf("--routes %s refused:\n%w", o.Routes, err)}
 		}

@@ -8,11 +8,15 @@
 // judge its shape without building maps or copying bytes. An object has exactly its
 // listed keys: a missing key, an extra key or a value of the wrong type is a violation,
 // and every violation is collected with its JSON path instead of stopping at the first.
+//
+// [Stream] applies the same rules to a text too large to hold as a Value (the route
+// table), walking it once with jsontext's Decoder.
 package jsonx
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -32,6 +36,14 @@ func (e *Errors) Addf(path, format string, args ...any) {
 		msg = path + " " + msg
 	}
 	e.list = append(e.list, msg)
+}
+
+// insert puts v before the violation at index mark (Len, when it was taken).
+func (e *Errors) insert(mark int, v []string) {
+	if len(v) == 0 {
+		return
+	}
+	e.list = slices.Insert(e.list, mark, v...)
 }
 
 // Len returns the number of violations.

@@ -40,8 +40,8 @@ func (e *SyntaxError) Error() string {
 // value's text (one copy of data, whitespace trimmed) or a *SyntaxError. data is not
 // retained.
 //
-// This is where every untrusted JSON text starts, the 100,000-route table included: one
-// pass of jsontext's validator and one copy.
+// This is where every untrusted JSON text starts but the route table, which a Stream
+// reads without holding a copy: one pass of jsontext's validator and one copy.
 func Parse(data []byte) (Value, error) {
 	if !jsontext.Value(data).IsValid() {
 		return "", syntaxError(data)
