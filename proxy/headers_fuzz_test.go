@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"golang.org/x/net/http/httpguts"
 )
 
 // FuzzHeaderRewrite feeds client-controlled values (Connection tokens, Host, RemoteAddr)
@@ -32,8 +33,8 @@ func FuzzHeaderRewrite(f *testing.F) {
 		if !strings.HasPrefix(elem, "for=") || !strings.Contains(elem, ";host=") || !strings.HasSuffix(elem, ";proto=http") {
 			t.Fatalf("element %q", elem)
 		}
-		if !h1wire.ValidHostPort(host) || !validFieldValue(ip) || !validFieldValue(host) {
-			return // refused before a head is written (malformed)
+		if !h1wire.ValidHostPort(host) || !httpguts.ValidHostHeader(host) || !validFieldValue(ip) {
+			return // refused before a head is written (malformed, or by the servers' own checks)
 		}
 		var lf listFields
 		lf.fields = appendHeaderFields(nil, h)
@@ -55,12 +56,13 @@ func FuzzHeaderRewrite(f *testing.F) {
 	})
 }
 
-// validFieldValue reports a value a field may carry: no control byte but HTAB, no DEL.
+// validFieldValue reports a value a field may carry: no control byte but HTAB, no DEL,
+// nothing net/http's reader would trim.
 func validFieldValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if h1wire.BadValueByte[v[i]] {
 			return false
 		}
 	}
-	return true
+	return strings.TrimSpace(v) == v
 }
