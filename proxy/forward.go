@@ -22,10 +22,10 @@ import (
 // records whether reading failed (a client fault, not a backend failure) and, once forward
 // has set up progress, enforces Config.ClientBodyTimeout.
 type trackedBody struct {
-	rc      io.ReadCloser
-	limit   int64 // the request's Content-Length; > 0
-	n       atomic.Int64
-	failed  atomic.Bool
+	rc     io.ReadCloser
+	limit  int64 // the request's Content-Length; > 0
+	n      atomic.Int64
+	failed atomic.Bool
 	// timedOut: the body stalled (ClientBodyTimeout); failed is set too.
 	timedOut atomic.Bool
 	progress bodyProgress

@@ -26,10 +26,7 @@ var frontEnds = []struct {
 // upEnv makes an env on the given front-end with app.example.test routed to addr.
 func upEnv(t *testing.T, netOnly bool, addr string, opts ...func(*Config)) *env {
 	t.Helper()
-	e := newEnv(t, opts...)
-	if netOnly {
-		e.netHTTPOnly()
-	}
+	e := newEnv(t, append(opts, withH1OffIf(netOnly))...)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{addr}}})
 	return e
 }
