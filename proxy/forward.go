@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -94,6 +95,13 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	fw.target = target
 	te := removeHopByHop(r.Header)
 	fw.hf = appendHeaderFields(fw.hf[:0], r.Header)
+	if !validFields(fw.hf) {
+		// Written into an HTTP/1.1 head as they are: a name that is no token or a value
+		// with a line end would be another field, or another request, at the target.
+		rs.err = errBadField
+		s.answer(w, rs, outcomeBadRequest)
+		return
+	}
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 	if hasBody && len(r.Trailer) > 0 {
 		fw.hf = append(fw.hf, hpack.HeaderField{Name: "Trailer", Value: trailerNames(r.Trailer)})
@@ -222,13 +230,32 @@ func appendHeaderFields(fields []hpack.HeaderField, h http.Header) []hpack.Heade
 	return fields
 }
 
-// trailerNames is the Trailer field for the trailers a request announced.
+// trailerNames is the Trailer field for the trailers a request announced (names that are
+// tokens; no other could be sent).
 func trailerNames(tr http.Header) string {
 	keys := make([]string, 0, len(tr))
 	for k := range tr {
-		keys = append(keys, k)
+		if httpguts.ValidHeaderFieldName(k) {
+			keys = append(keys, k)
+		}
 	}
 	return strings.Join(keys, ", ")
+}
+
+// errBadField is the access log's reason for a request refused for a field no HTTP/1.1
+// head may carry.
+var errBadField = errors.New("proxy: a header field name or value no HTTP/1.1 head may carry")
+
+// validFields reports whether every field may go into an HTTP/1.1 head as it is: a token
+// for a name, a value without control bytes (but HTAB). net/http's HTTP/1.1 server checks
+// this already; the check covers HTTP/3's decoded fields the same way.
+func validFields(fields []hpack.HeaderField) bool {
+	for i := range fields {
+		if !httpguts.ValidHeaderFieldName(fields[i].Name) || !httpguts.ValidHeaderFieldValue(fields[i].Value) {
+			return false
+		}
+	}
+	return true
 }
 
 // httpBody is net/http's request body as a bodySource, read through its trackedBody
@@ -254,7 +281,9 @@ func (b *httpBody) trailers() []hpack.HeaderField {
 	var tr []hpack.HeaderField
 	for k, vv := range b.r.Trailer {
 		for _, v := range vv {
-			tr = append(tr, hpack.HeaderField{Name: k, Value: v})
+			if f := (hpack.HeaderField{Name: k, Value: v}); validFields([]hpack.HeaderField{f}) {
+				tr = append(tr, f) // one that is not valid is left out, as a field the target may not see
+			}
 		}
 	}
 	return tr

@@ -7,6 +7,7 @@ import (
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/stats"
+	"golang.org/x/net/http/httpguts"
 )
 
 // handler is the routing handler. The hot path starts at ServeHTTP.
@@ -111,7 +112,7 @@ func malformed(r *http.Request) bool {
 	if r.ProtoMajor == 1 && r.URL.Scheme != "" && r.URL.Host == "" {
 		return true // "http:///x": RFC 9110 §4.2.1 makes an empty authority invalid, and Host may not stand in for it
 	}
-	return !h1wire.ValidHostPort(r.Host)
+	return !h1wire.ValidHostPort(r.Host) || !httpguts.ValidHostHeader(r.Host)
 }
 
 func protoOf(r *http.Request) stats.Proto {

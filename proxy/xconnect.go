@@ -151,6 +151,11 @@ func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqStat
 	}()
 	te := removeHopByHop(r.Header)
 	uw.lf.fields = headerFields(r.Header)
+	if !validFields(uw.lf.fields) {
+		rs.err = errBadField
+		s.answer(w, rs, outcomeBadRequest)
+		return
+	}
 	uw.lf.classify(uw.kinds[:])
 	ip := clientIP(r.RemoteAddr)
 	h := outHead{target: r.URL.RequestURI(), host: r.Host, te: te, newKey: connect,
