@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -23,10 +24,12 @@ import (
 // records whether reading failed (a client fault, not a backend failure) and, once forward
 // has set up progress, enforces Config.ClientBodyTimeout.
 type trackedBody struct {
-	rc     io.ReadCloser
+	rc     io.Reader
 	limit  int64 // the request's Content-Length; > 0
 	n      atomic.Int64
 	failed atomic.Bool
+	// ended: the body was read to its end (no read of it is pending or will be).
+	ended atomic.Bool
 	// timedOut: the body stalled (ClientBodyTimeout); failed is set too.
 	timedOut atomic.Bool
 	progress bodyProgress
@@ -40,6 +43,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	// drop the connection under a response still being relayed.
 	left := b.limit - b.n.Load()
 	if left <= 0 {
+		b.ended.Store(true)
 		return 0, io.EOF
 	}
 	if int64(len(p)) > left {
@@ -52,6 +56,9 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 {
 		b.n.Add(int64(n))
+	}
+	if err == io.EOF || int64(n) == left {
+		b.ended.Store(true) // no read of the client's body is pending or will be
 	}
 	if !t0.IsZero() {
 		b.progress.after(t0, n, err)
@@ -103,6 +110,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		return
 	}
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+	var body io.Reader = r.Body
+	if hasBody && r.ContentLength < 0 && methodUsuallyLacksBody(r.Method) {
+		body, hasBody = probeBody(r, deadlinesOf(w))
+	}
 	if hasBody && len(r.Trailer) > 0 {
 		fw.hf = append(fw.hf, hpack.HeaderField{Name: "Trailer", Value: trailerNames(r.Trailer)})
 	}
@@ -124,7 +135,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	dl := deadlinesOf(w)
 	if hasBody {
 		tb := &fw.tb
-		*tb = trackedBody{rc: r.Body, limit: r.ContentLength}
+		*tb = trackedBody{rc: body, limit: r.ContentLength}
 		if tb.limit < 0 {
 			tb.limit = math.MaxInt64 // chunked, or HTTP/2 and HTTP/3 without a length: to EOF
 		}
@@ -137,6 +148,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		// The upload may read the body until the exchange is over, and not after the
 		// handler has returned.
 		defer tb.progress.finish()
+	}
+	if hasBody && !rs.h1 {
+		// What was taken of the body counts, whatever the exchange came to.
+		defer func() { rs.in += fw.tb.n.Load() }()
 	}
 	start := rs.start
 	if start.IsZero() {
@@ -159,9 +174,6 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 			s.relayHTTP(w, r, rs, fw, uc, up)
 			up.end(uc) // an upload the answer did not wait for ends with it
 			walk.done()
-			if hasBody && !rs.h1 {
-				rs.in += fw.tb.n.Load()
-			}
 			return
 		}
 		rs.err = err
@@ -184,6 +196,44 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		}
 		return
 	}
+}
+
+// methodUsuallyLacksBody reports a method whose requests rarely have content (Go's
+// transport probes the body of exactly these).
+func methodUsuallyLacksBody(m string) bool {
+	switch m {
+	case "GET", "HEAD", "DELETE", "OPTIONS", "PROPFIND", "SEARCH":
+		return true
+	}
+	return false
+}
+
+// bodyProbeWait is how long probeBody waits for a body's first byte (Go's transport
+// waits 200 ms).
+const bodyProbeWait = 200 * time.Millisecond
+
+// probeBody finds out whether a request of unknown length (HTTP/3 without content-length,
+// HTTP/1.1 chunked) whose method usually has no content has any: an HTTP/3 GET ends its
+// stream with its HEADERS, and then its body is at EOF at once. A request that has none
+// goes to its target without one (no chunked GET), and may be sent again like any GET.
+// A first byte, or no answer within bodyProbeWait, means a body: the byte read is given
+// back in front of the rest.
+func probeBody(r *http.Request, dl deadlineSetter) (io.Reader, bool) {
+	if dl != nil {
+		_ = dl.SetReadDeadline(time.Now().Add(bodyProbeWait))
+	}
+	var one [1]byte
+	n, err := r.Body.Read(one[:])
+	if dl != nil {
+		_ = dl.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case n == 0 && err == io.EOF:
+		return nil, false
+	case n > 0:
+		return io.MultiReader(bytes.NewReader(one[:n:n]), r.Body), true
+	}
+	return r.Body, true // no byte in time (or a failure the upload will meet again)
 }
 
 // relayHTTP relays the target's answer (fw.res, its body from uc) to w (relay.go,
@@ -231,7 +281,7 @@ func appendHeaderFields(fields []hpack.HeaderField, h http.Header) []hpack.Heade
 }
 
 // trailerNames is the Trailer field for the trailers a request announced (names that are
-// tokens; no other could be sent).
+// tokens; appendHead then keeps those a trailer may carry).
 func trailerNames(tr http.Header) string {
 	keys := make([]string, 0, len(tr))
 	for k := range tr {
@@ -270,9 +320,13 @@ func (b *httpBody) Read(p []byte) (int, error) { return b.tb.Read(p) }
 
 // stop fails the read in progress: its deadline is set in the past once the progress
 // deadlines are done with.
+//
+// Once the body was read to its end no read is pending, and none may fail: net/http's
+// HTTP/1.1 server then reads the connection in the background, and a deadline in the past
+// would end that read and cancel every later request's context on the connection.
 func (b *httpBody) stop() {
 	b.tb.progress.finish()
-	if b.dl != nil {
+	if b.dl != nil && !b.tb.ended.Load() {
 		_ = b.dl.SetReadDeadline(longAgo)
 	}
 }

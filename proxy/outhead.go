@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"strconv"
@@ -107,7 +108,7 @@ func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 				continue
 			}
 		case fwdDrop:
-			if h.trailers && eqFoldBytes(src.name(i), "trailer") && len(src.value(i)) > 0 {
+			if h.trailers && eqFoldBytes(src.name(i), "trailer") && len(appendTrailerNames(nil, src.value(i))) > 0 {
 				trailers++ // announced request trailers go on with a chunked body, below
 			}
 			continue
@@ -140,10 +141,12 @@ func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 		plan.chunked = true
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 		for i, n := 0, src.count(); i < n && trailers > 0; i++ {
-			if requestFieldRules[src.kind(i)] == fwdDrop && eqFoldBytes(src.name(i), "trailer") && len(src.value(i)) > 0 {
-				b = append(b, "Trailer: "...)
-				b = append(b, src.value(i)...)
-				b = append(b, "\r\n"...)
+			if requestFieldRules[src.kind(i)] == fwdDrop && eqFoldBytes(src.name(i), "trailer") {
+				if names := appendTrailerNames(nil, src.value(i)); len(names) > 0 {
+					b = append(b, "Trailer: "...)
+					b = append(b, names...)
+					b = append(b, "\r\n"...)
+				}
 			}
 		}
 	case h.body || h.zeroLength:
@@ -153,6 +156,31 @@ func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 	}
 	b = appendForwarding(b, src, h.fwd)
 	return append(b, "\r\n"...), plan
+}
+
+// appendTrailerNames appends, comma-separated, the names of an announcement of request
+// trailers that a trailer may carry to an HTTP/1.1 target: tokens that are neither
+// hop-by-hop nor framing, routing or forwarding fields (the rule uploader.finish applies
+// to the trailers themselves).
+func appendTrailerNames(b, value []byte) []byte {
+	start := len(b)
+	for len(value) > 0 {
+		var name []byte
+		if i := bytes.IndexByte(value, ','); i >= 0 {
+			name, value = value[:i], value[i+1:]
+		} else {
+			name, value = value, nil
+		}
+		name = bytes.Trim(name, " \t")
+		if !isToken(name) || h1wire.IsHopByHop(name) || h1wire.RequestFieldKind(name) != h1wire.KindOther {
+			continue
+		}
+		if len(b) > start {
+			b = append(b, ", "...)
+		}
+		b = append(b, name...)
+	}
+	return b
 }
 
 // h1Fields are the fast path's request fields: a field goes on as it was sent (name,
