@@ -144,7 +144,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		}
 		fw.hb = httpBody{tb: tb, r: r, dl: dl}
 		up = &fw.body
-		*up = uploader{src: &fw.hb, chunked: plan.chunked, expect: plan.expect}
+		*up = uploader{src: &fw.hb, chunked: plan.chunked, expect: plan.expect, length: r.ContentLength}
 		// The upload may read the body until the exchange is over, and not after the
 		// handler has returned.
 		defer tb.progress.finish()

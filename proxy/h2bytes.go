@@ -139,7 +139,7 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 	var up *uploader
 	if !rq.NoBody && rq.ContentLength != 0 {
 		up = &w.body
-		*up = uploader{src: (*h2Body)(x.st)}
+		*up = uploader{src: (*h2Body)(x.st), length: rq.ContentLength}
 	}
 	w.lf.fields = rq.Fields
 	w.lf.classify(w.kinds[:])

@@ -32,6 +32,12 @@ type uploader struct {
 	chunked bool
 	expect  bool
 	stopped atomic.Bool // end stopped the body's reading: a failed Read is no client error
+	// length is the body's stated length (-1: unknown); once that much went out (or the
+	// last chunk did) allSent is set, and end waits for the upload instead of stopping it:
+	// a target that answers as the last byte reaches it leaves its connection reusable.
+	length  int64
+	sent    int64
+	allSent atomic.Bool
 
 	uc   *upstream.Conn
 	cont chan struct{} // closed when the body may go (expect); by the forwarding goroutine only
@@ -54,6 +60,8 @@ func (u *uploader) start(uc *upstream.Conn) {
 	u.skip.Store(false)
 	u.done = make(chan struct{})
 	u.clientErr, u.complete = nil, false
+	u.sent = 0
+	u.allSent.Store(false)
 	go u.run()
 }
 
@@ -97,7 +105,7 @@ func (u *uploader) end(uc *upstream.Conn) bool {
 	if u == nil || u.done == nil {
 		return true
 	}
-	if u.running() {
+	if u.running() && !u.allSent.Load() {
 		u.stopped.Store(true)
 		u.src.stop()
 		uc.Close()
@@ -142,6 +150,11 @@ func (u *uploader) run() {
 			if _, werr := u.uc.Write(out); werr != nil {
 				return // the target stopped taking it; the answer, if any, says why
 			}
+			if u.sent += int64(n); !u.chunked && u.length >= 0 && u.sent >= u.length {
+				u.allSent.Store(true) // the whole body went out: nothing more to read
+				u.complete = true
+				return
+			}
 		}
 		switch {
 		case err == io.EOF:
@@ -177,6 +190,7 @@ func (u *uploader) finish() {
 	}
 	b = append(b, "\r\n"...)
 	if _, err := u.uc.Write(b); err == nil {
+		u.allSent.Store(true)
 		u.complete = true
 	}
 }
