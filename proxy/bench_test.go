@@ -121,7 +121,11 @@ func readRawResponse(br *bufio.Reader) error {
 // rawTarget is a minimal keep-alive HTTP/1.1 target answering "hello" to every request;
 // it allocates nothing per request (TestH1HotPathAllocs counts the whole process).
 func rawTarget(b testing.TB) string {
-	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello")
+	return rawTargetAnswering(b, []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"))
+}
+
+// rawTargetAnswering is rawTarget answering resp, a whole response, to every request head.
+func rawTargetAnswering(b testing.TB, resp []byte) string {
 	return rawServer(b, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {

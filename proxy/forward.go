@@ -89,10 +89,7 @@ func (b *trackedBody) Close() error { return nil }
 // was taken from the client; nothing else is retried.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	fw := h2Works.Get().(*h2Work)
-	defer func() {
-		fw.reset()
-		h2Works.Put(fw)
-	}()
+	defer fw.release()
 	target, err := httpTarget(fw.target[:0], r)
 	if err != nil {
 		rs.err = err

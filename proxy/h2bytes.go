@@ -41,6 +41,14 @@ type h2Work struct {
 	sink httpSink
 }
 
+// release puts w back in its pool, holding no request's header values.
+func (w *h2Work) release() {
+	w.reset()
+	clear(w.hf)
+	w.hf = w.hf[:0]
+	h2Works.Put(w)
+}
+
 var h2Works = sync.Pool{New: func() any {
 	w := new(h2Work)
 	w.init()
@@ -59,10 +67,7 @@ func (w *h2Watch) clientGone() bool { return (*h2.Stream)(w).Context().Err() != 
 func (x *h2Req) forwardBytes() {
 	s := x.f.s
 	w := h2Works.Get().(*h2Work)
-	defer func() {
-		w.reset()
-		h2Works.Put(w)
-	}()
+	defer w.release()
 	up, err := x.buildRequest(w)
 	if err != nil {
 		x.err = err

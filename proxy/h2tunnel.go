@@ -24,10 +24,7 @@ func (x *h2Req) tunnel() {
 	}
 	defer s.tunnels.release()
 	w := h2Works.Get().(*h2Work)
-	defer func() {
-		w.reset()
-		h2Works.Put(w)
-	}()
+	defer w.release()
 	target, err := appendTarget(w.target[:0], rq.Path)
 	if err != nil {
 		x.err = err

@@ -112,12 +112,10 @@ func TestH3TrailerAnnouncementFiltered(t *testing.T) {
 func TestH3GetReplayedOnStaleConnection(t *testing.T) {
 	e := newEnv(t, withHTTP3)
 	addr := rawServer(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		br, ok := readWholeRequest(c)
+		if !ok {
 			return
 		}
-		io.Copy(io.Discard, req.Body)
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		// wait for the next request, then close without answering: a keep-alive
 		// connection the target closed just as it was reused
@@ -143,12 +141,7 @@ func TestH3GetReplayedOnStaleConnection(t *testing.T) {
 func TestH3BodyBytesCountedOnFailure(t *testing.T) {
 	e := newEnv(t, withHTTP3)
 	addr := rawServer(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, req.Body) // takes the whole body, then closes without answering
+		readWholeRequest(c) // takes the whole body, then closes without answering
 	})
 	e.tlsRoute("app.example.test", addr)
 	c, _ := e.h3Client()
@@ -163,4 +156,15 @@ func TestH3BodyBytesCountedOnFailure(t *testing.T) {
 	if st.BytesIn < 100000 {
 		t.Errorf("a 100,000-byte body taken by the target counted as %d bytes in", st.BytesIn)
 	}
+}
+
+// readWholeRequest reads one request from c, body included; ok is false when none came.
+func readWholeRequest(c net.Conn) (br *bufio.Reader, ok bool) {
+	br = bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return br, false
+	}
+	_, _ = io.Copy(io.Discard, req.Body)
+	return br, true
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -417,23 +416,7 @@ func TestHTTP3ListenFailsWhenUDPPortTaken(t *testing.T) {
 func TestAltSvcCostsNoAllocation(t *testing.T) {
 	e := newEnv(t, withHTTP3)
 	answer := []byte("HTTP/1.1 200 OK\r\nAlt-Svc: h3=\":1\"\r\nContent-Length: 5\r\n\r\nhello")
-	target := rawServer(t, func(c net.Conn) { // a target that announces an HTTP/3 of its own
-		br := bufio.NewReader(c)
-		for {
-			for {
-				line, err := br.ReadSlice('\n')
-				if err != nil {
-					return
-				}
-				if len(line) <= 2 {
-					break
-				}
-			}
-			if _, err := c.Write(answer); err != nil {
-				return
-			}
-		}
-	})
+	target := rawTargetAnswering(t, answer) // a target that announces an HTTP/3 of its own
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{target}}})
 	r, _ := http.NewRequest("GET", "https://app.example.test/path", nil)
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/2.0", 2, 0

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/http2/hpack"
-
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/routetable"
@@ -115,22 +113,6 @@ type reqWatch struct{ r *http.Request }
 
 func (w reqWatch) clientGone() bool { return w.r.Context().Err() != nil }
 
-// headerFields flattens a net/http request's header (hop-by-hop fields and those its
-// Connection names already removed) into decoded fields for appendHead.
-func headerFields(h http.Header) []hpack.HeaderField {
-	n := 0
-	for _, vv := range h {
-		n += len(vv)
-	}
-	fields := make([]hpack.HeaderField, 0, n)
-	for k, vv := range h {
-		for _, v := range vv {
-			fields = append(fields, hpack.HeaderField{Name: k, Value: v})
-		}
-	}
-	return fields
-}
-
 // openUpgrade is the start of a tunnel on the net/http front-ends, HTTP/1.1 Upgrade
 // (websocket.go) and HTTP/3 extended CONNECT (h3tunnel.go): a tunnel slot, then the
 // upgrade. When the target switched protocols it calls switched with the 101's fields,
@@ -145,12 +127,10 @@ func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqStat
 	}
 	defer s.tunnels.release()
 	uw := h2Works.Get().(*h2Work)
-	defer func() {
-		uw.reset()
-		h2Works.Put(uw)
-	}()
+	defer uw.release()
 	te := removeHopByHop(r.Header)
-	uw.lf.fields = headerFields(r.Header)
+	uw.hf = appendHeaderFields(uw.hf[:0], r.Header)
+	uw.lf.fields = uw.hf
 	if !validFields(uw.lf.fields) {
 		rs.err = errBadField
 		s.answer(w, rs, outcomeBadRequest)
