@@ -103,6 +103,11 @@ type Manager struct {
 
 	metrics *metrics
 
+	// started is closed once Run has loaded the stored certificates of the first table's
+	// hostnames (Started).
+	started   chan struct{}
+	startOnce sync.Once
+
 	// notify, when set (tests), sees every event after the manager handled it.
 	notify func(event)
 }
@@ -173,6 +178,7 @@ func New(tables TableSource, opts Options) (*Manager, error) {
 		hosts:    map[string]*host{},
 		departed: map[string]time.Time{},
 		metrics:  newMetrics(),
+		started:  make(chan struct{}),
 	}
 	if m.log == nil {
 		m.log = zap.NewNop()
@@ -228,6 +234,7 @@ func (m *Manager) Run(ctx context.Context, httpAddr, httpsAddr net.Addr) error {
 	}
 	m.eng.Store(e)
 	defer m.stop(e)
+	defer m.startOnce.Do(func() { close(m.started) }) // a Run that failed or ended early
 
 	t := time.NewTicker(m.opts.TableCheckInterval)
 	defer t.Stop()
@@ -237,6 +244,7 @@ func (m *Manager) Run(ctx context.Context, httpAddr, httpsAddr net.Addr) error {
 		if c := m.tables.Load(); c != last {
 			last = c
 			m.sync(ctx, e, c)
+			m.startOnce.Do(func() { close(m.started) })
 		}
 		if now := time.Now(); now.Sub(swept) >= sweepEvery {
 			swept = now
@@ -249,6 +257,11 @@ func (m *Manager) Run(ctx context.Context, httpAddr, httpsAddr net.Addr) error {
 		}
 	}
 }
+
+// Started is closed once Run has put the stored certificates of the first table's
+// hostnames into the cache (or has ended): a TLS listener that waits for it serves a
+// restarted ingress's certificates from its first handshake.
+func (m *Manager) Started() <-chan struct{} { return m.started }
 
 // newEngine sets certmagic up: a cache whose maintenance renews, a configuration whose
 // storage is Options.Dir and whose events come to onEvent, and the ACME issuer. The
@@ -414,9 +427,15 @@ func (m *Manager) sync(ctx context.Context, e *engine, c *routetable.Compiled) {
 	for _, a := range added {
 		m.log.Info("acme: managing the certificate of a route", zap.String("hostname", a.h.name))
 		m.emitLocal(event{Kind: "managed", Hostname: a.h.name})
-		// certmagic loads the certificate from storage when it is there (no CA is
-		// contacted unless it needs renewal), or obtains one in the background, retried
-		// with its backoff until the hostname leaves or Run ends.
+		// A certificate already in storage goes into the cache now, before Started, so
+		// that a restart serves it from the first handshake (a disk read, no CA); one
+		// that is not there is no error here.
+		if _, err := e.cfg.CacheManagedCertificate(a.ctx, a.h.name); err == nil {
+			m.log.Debug("acme: stored certificate loaded", zap.String("hostname", a.h.name))
+		}
+		// certmagic checks the certificate's renewal (contacting the CA only when it is
+		// due), or obtains one in the background, retried with its backoff until the
+		// hostname leaves or Run ends.
 		if err := e.cfg.ManageAsync(a.ctx, []string{a.h.name}); err != nil {
 			m.log.Error("acme: certificate management not started", zap.String("hostname", a.h.name), zap.Error(err))
 		}

@@ -334,6 +334,17 @@ func (in *instance) run(ctx context.Context) error {
 			return nil
 		})
 	}
+	http1, https := in.proxy.Addrs()
+	if in.acme != nil {
+		part("acme", func(ctx context.Context) error { return in.acme.Run(ctx, http1, https) })
+		// The listeners are bound (connections wait in their backlog): they are served
+		// once the stored certificates are in the cache, so a restart's first handshake
+		// gets its certificate, not unrecognized_name.
+		select {
+		case <-in.acme.Started():
+		case <-stopping.Done():
+		}
+	}
 	part("proxy", func(ctx context.Context) error {
 		if err := in.proxy.Serve(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -366,10 +377,6 @@ func (in *instance) run(ctx context.Context) error {
 				}
 			}
 		})
-	}
-	http1, https := in.proxy.Addrs()
-	if in.acme != nil {
-		part("acme", func(ctx context.Context) error { return in.acme.Run(ctx, http1, https) })
 	}
 	in.log.Info("ingress started", zap.String("version", version),
 		zap.Stringer("http", addrString{http1}), zap.Stringer("https", addrString{https}),
