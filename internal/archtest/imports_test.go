@@ -24,7 +24,7 @@ var domainFree = []string{
 
 // testSupport are imported by tests (and by each other) only, never by shipped code.
 var testSupport = []string{
-	"internal/binarytest", "internal/pebbletest", "internal/testwait", "internal/toolbin",
+	"internal/binarytest", "internal/floodtest", "internal/pebbletest", "internal/testwait", "internal/toolbin",
 }
 
 // allowed says which of our packages each package's non-test files may import, besides
@@ -53,6 +53,7 @@ var allowed = map[string][]string{
 	"internal/toolbin":        nil,
 	"internal/pebbletest":     {"internal/toolbin"},
 	"internal/binarytest":     {"routetable"},
+	"internal/floodtest":      nil,
 }
 
 // unruled are the packages that may import any of ours (wiring, tools, tests of the

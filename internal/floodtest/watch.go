@@ -1,0 +1,202 @@
+package floodtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Usage is one sample of a server's resources; a figure it could not read is -1.
+type Usage struct {
+	At time.Time
+	// Heap (go_memstats_heap_inuse_bytes) and Goroutines (go_goroutines) come from the
+	// server's Prometheus /metrics; Err is set when that scrape failed.
+	Heap, Goroutines float64
+	Err              error
+	// RSS (VmRSS, bytes) and FDs (open descriptors) come from /proc, summed over the
+	// watched processes.
+	RSS, FDs int64
+}
+
+func (u Usage) String() string {
+	mib := func(v float64) string {
+		if v < 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f MiB", v/(1<<20))
+	}
+	return fmt.Sprintf("heap %s, %.0f goroutines, RSS %s, %d descriptors", mib(u.Heap), u.Goroutines, mib(float64(u.RSS)), u.FDs)
+}
+
+// Target is what Watch samples: a /metrics URL (empty: none) and a process (0: none), with
+// its whole process group when Group is set (nginx's master and worker).
+type Target struct {
+	MetricsURL string
+	PID        int
+	Group      bool
+	// ScrapeTimeout bounds one /metrics request (default 2s): a slower answer is a failed
+	// sample.
+	ScrapeTimeout time.Duration
+}
+
+// Watcher samples a Target until its ctx ends.
+type Watcher struct {
+	mu      sync.Mutex
+	samples []Usage
+	done    chan struct{}
+}
+
+// Watch samples tg every period until ctx ends; Wait returns once it stopped.
+func Watch(ctx context.Context, period time.Duration, tg Target) *Watcher {
+	w := &Watcher{done: make(chan struct{})}
+	if tg.ScrapeTimeout <= 0 {
+		tg.ScrapeTimeout = 2 * time.Second
+	}
+	client := &http.Client{Timeout: tg.ScrapeTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			u := sampleOnce(ctx, client, tg)
+			w.mu.Lock()
+			w.samples = append(w.samples, u)
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// Wait returns once the watcher stopped.
+func (w *Watcher) Wait() { <-w.done }
+
+// Peak is the largest of each figure over the samples taken in [from, to], with the
+// number of samples and of failed scrapes among them.
+func (w *Watcher) Peak(from, to time.Time) (peak Usage, n, failed int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	peak = Usage{Heap: -1, Goroutines: -1, RSS: -1, FDs: -1}
+	for _, u := range w.samples {
+		if u.At.Before(from) || u.At.After(to) {
+			continue
+		}
+		n++
+		if u.Err != nil {
+			failed++
+			if peak.Err == nil {
+				peak.Err = u.Err
+			}
+		}
+		peak.Heap, peak.Goroutines = max(peak.Heap, u.Heap), max(peak.Goroutines, u.Goroutines)
+		peak.RSS, peak.FDs = max(peak.RSS, u.RSS), max(peak.FDs, u.FDs)
+	}
+	return peak, n, failed
+}
+
+func sampleOnce(ctx context.Context, client *http.Client, tg Target) Usage {
+	u := Usage{At: time.Now(), Heap: -1, Goroutines: -1, RSS: -1, FDs: -1}
+	if tg.MetricsURL != "" {
+		u.Heap, u.Goroutines, u.Err = scrape(ctx, client, tg.MetricsURL)
+	}
+	if tg.PID > 0 {
+		pids := []int{tg.PID}
+		if tg.Group {
+			pids = groupPIDs(tg.PID)
+		}
+		u.RSS, u.FDs = 0, 0
+		for _, p := range pids {
+			u.RSS += vmRSS(p)
+			if ents, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(p), "fd")); err == nil {
+				u.FDs += int64(len(ents))
+			}
+		}
+	}
+	return u
+}
+
+// scrape reads go_memstats_heap_inuse_bytes and go_goroutines from a Prometheus text page.
+func scrape(ctx context.Context, client *http.Client, url string) (heap, goroutines float64, err error) {
+	heap, goroutines = -1, -1
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return heap, goroutines, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return heap, goroutines, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return heap, goroutines, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "go_memstats_heap_inuse_bytes":
+			heap, _ = strconv.ParseFloat(val, 64)
+		case "go_goroutines":
+			goroutines, _ = strconv.ParseFloat(val, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return heap, goroutines, err
+	}
+	if heap < 0 || goroutines < 0 {
+		return heap, goroutines, fmt.Errorf("/metrics: go_memstats_heap_inuse_bytes or go_goroutines missing")
+	}
+	return heap, goroutines, nil
+}
+
+// vmRSS is a process's VmRSS in bytes (0 when unreadable).
+func vmRSS(pid int) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// groupPIDs lists the processes whose process group is pgid.
+func groupPIDs(pgid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the command (which may hold spaces) end with ") ": state, ppid, pgrp.
+		i := strings.LastIndexByte(string(b), ')')
+		if f := strings.Fields(string(b[i+1:])); len(f) > 2 && f[2] == strconv.Itoa(pgid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
