@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/floodtest"
 )
 
 // long turns on the long soaks (30 s of swaps instead of 10 s, and the like).
@@ -20,7 +21,7 @@ var ingress = &binarytest.Binary{Package: binarytest.IngressPackage, Env: []stri
 var binary string
 
 func TestMain(m *testing.M) {
-	if floodProcess() {
+	if floodProcess() || floodtest.RunChild(preopenEnv) {
 		return
 	}
 	flag.Parse()

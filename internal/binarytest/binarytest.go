@@ -222,6 +222,9 @@ func (p *Proc) AwaitStarted(limit time.Duration) {
 	}
 }
 
+// PID is the process's id (for its /proc entries).
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
 // Stderr returns every stderr line so far.
 func (p *Proc) Stderr() string {
 	p.mu.Lock()
