@@ -1,9 +1,15 @@
 // Command target is the fixed-response backend of the proxy comparison in bench/compare.
 //
 // It answers GET /64 with a 64-byte body and GET /16k with a 16 KiB body over HTTP/1.1
-// keep-alive on a loopback address, and 404 to anything else. The bodies are built once, so
+// keep-alive on a loopback address, GET /flood (bench/flood.sh's attacker) like /64, GET
+// /_counts with its counters (below), and 404 to anything else. The bodies are built once, so
 // the target spends as little CPU per request as net/http allows: it shares a core with the
 // load generator, and every proxy under test is measured against the same target.
+//
+// It counts requests, /flood requests, connections opened and the most connections open at
+// once: GET /_counts answers "requests N\nflood N\nconnections_opened N\nconnections_open
+// N\npeak_open N\n" (the request itself counted), and with ?reset the peak starts again from
+// the connections open now. The counters are atomics, one or two adds per request.
 //
 // Only the standard library is used; the module's other dependencies stay out of the
 // measurement.
@@ -21,6 +27,7 @@ import (
 
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -45,8 +52,10 @@ func run(addr string) error {
 	if err != nil {
 		return err
 	}
+	cn := &counters{}
 	srv := &http.Server{
-		Handler:           newHandler(),
+		Handler:           newHandler(cn),
+		ConnState:         cn.connState,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 	}
@@ -83,15 +92,48 @@ func newBody(n int) body {
 
 var contentType = []string{"text/plain; charset=utf-8"}
 
-func newHandler() http.Handler {
+// counters are what the target saw, for GET /_counts.
+type counters struct {
+	requests, flood, opened, open, peak atomic.Int64
+}
+
+func (c *counters) connState(_ net.Conn, s http.ConnState) {
+	switch s {
+	case http.StateNew:
+		c.opened.Add(1)
+		n := c.open.Add(1)
+		for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
+		}
+	case http.StateClosed, http.StateHijacked:
+		c.open.Add(-1)
+	}
+}
+
+func (c *counters) write(w http.ResponseWriter, reset bool) {
+	if reset {
+		c.peak.Store(c.open.Load())
+	}
+	w.Header()["Content-Type"] = contentType
+	fmt.Fprintf(w, "requests %d\nflood %d\nconnections_opened %d\nconnections_open %d\npeak_open %d\n",
+		c.requests.Load(), c.flood.Load(), c.opened.Load(), c.open.Load(), c.peak.Load())
+}
+
+func newHandler(cn *counters) http.Handler {
 	small, large := newBody(64), newBody(16<<10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cn.requests.Add(1)
 		var b body
 		switch r.URL.Path {
 		case "/64":
 			b = small
 		case "/16k":
 			b = large
+		case "/flood":
+			cn.flood.Add(1)
+			b = small
+		case "/_counts":
+			cn.write(w, r.URL.Query().Has("reset"))
+			return
 		default:
 			http.NotFound(w, r)
 			return
