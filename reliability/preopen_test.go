@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,7 +198,7 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	d1, d2 := by.h1.Window(res.Start, res.End), by.h2.Window(res.Start, res.End)
 	peak, samples, failedScrapes := w.Peak(launched, res.End.Add(time.Second))
 
-	t.Logf("%s", describeFlood(res, conns))
+	t.Logf("%s", res.Describe(conns))
 	t.Logf("target: %d flooding requests, %d connections opened during the flood, at most %d open at once",
 		target.flood.Load(), target.opened.Load()-targetBefore, target.peakOpen.Load())
 	t.Logf("binary at its peak: %s (%d samples, %d scrapes failed)", peak, samples, failedScrapes)
@@ -235,36 +234,17 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 		t.Errorf("the target had %d connections open at once; want at most %d (--max-requests-per-client %d, 2 bystanders, 64 closing)",
 			n, preopenTargetConns, maxRequestsPerClient)
 	}
+	gone, ok := res.GoneAfterVerdict()
 	switch {
 	case res.Verdict.IsZero():
 		t.Errorf("no attacking connection was ended with GOAWAY ENHANCE_YOUR_CALM: the flood was never judged abusive")
-	case res.ZeroAfterVerdict.IsZero():
+	case !ok:
 		t.Errorf("attacking connections were still served at the flood's end, %s after the verdict; want none within %s",
 			res.End.Sub(res.Verdict).Round(time.Millisecond), preopenGone)
-	case res.ZeroAfterVerdict.Sub(res.Verdict) > preopenGone:
-		t.Errorf("the last attacking connection ended %s after the verdict; want within %s",
-			res.ZeroAfterVerdict.Sub(res.Verdict).Round(time.Millisecond), preopenGone)
+	case gone > preopenGone:
+		t.Errorf("the last attacking connection ended %s after the verdict; want within %s", gone.Round(time.Millisecond), preopenGone)
 	}
 	if err := errors.Join(by.h1.Window(res.End, time.Now()).FirstErr, by.h2.Window(res.End, time.Now()).FirstErr); err != nil {
 		t.Errorf("bystanders failed after the flood: %v", err)
 	}
-}
-
-// describeFlood is the attacker's side of a flood in one paragraph.
-func describeFlood(res floodtest.Result, conns int) string {
-	since := func(at time.Time) string {
-		if at.IsZero() {
-			return "never"
-		}
-		return fmt.Sprintf("+%s", at.Sub(res.Start).Round(time.Millisecond))
-	}
-	var alive []string
-	for _, pt := range res.Alive {
-		alive = append(alive, fmt.Sprint(pt.Alive))
-	}
-	return fmt.Sprintf("attacker: %d of %d pre-opened, %d streams in %s, %d connections dialled, %d served; ended: %d ENHANCE_YOUR_CALM, %d other GOAWAY, %d closed\n"+
-		"\tfirst GOAWAY %s (%s), verdict %s, no connection alive %s (after the verdict: %s), pre-opened all gone %s\n\tserved connections alive every 250 ms: %s",
-		res.Opened, conns, res.Streams, res.End.Sub(res.Start).Round(time.Millisecond), res.Dials, res.Served, res.Calm, res.GoAway, res.Closed,
-		since(res.FirstGoAway), res.FirstCode, since(res.Verdict), since(res.Zero), since(res.ZeroAfterVerdict), since(res.PreopenedGone),
-		strings.Join(alive, " "))
 }

@@ -14,7 +14,12 @@
 // separates clients by address. -from "" sends both from the same address, and the
 // legitimate client is then penalised with the attackers.
 //
-// Output:
+// With -preopen N it runs the pre-opened flood of issue 25 instead (preopen.go): N
+// connections opened first, then HEADERS+RST_STREAM on all of them, with HTTP/1.1 and
+// HTTP/2 bystanders and the server's and target's figures (bench/flood.sh runs it
+// against the ingress, nginx and HAProxy).
+//
+// Output (the -attack mode):
 //
 //	quiet:  N requests, p50 A ms, p99 B ms
 //	attack: N requests, p50 A ms, p99 B ms (attack: C connections, D frames)
@@ -38,6 +43,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/serve-zone/ingress/internal/floodtest"
 )
 
 type config struct {
@@ -45,6 +52,7 @@ type config struct {
 	from                     string // the attackers' source address; "" for the default
 	attackers                int
 	duration                 time.Duration
+	pre                      preopenConfig // the -preopen mode (preopen.go)
 }
 
 func parseFlags(args []string) (config, error) {
@@ -56,8 +64,28 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.attack, "attack", "rapid-reset", "rapid-reset, ping, settings, window-update or continuation")
 	fs.StringVar(&c.from, "from", "127.0.0.2", `source address of the attackers ("" for the default)`)
 	fs.IntVar(&c.attackers, "attackers", 4, "flooding connections at once")
-	fs.DurationVar(&c.duration, "d", 5*time.Second, "duration of each phase")
+	fs.DurationVar(&c.duration, "d", 5*time.Second, "duration of each phase (-preopen: of the flood)")
+	fs.IntVar(&c.pre.conns, "preopen", 0, "pre-opened flood (issue 25): connections the attacker opens before flooding (0: the -attack mode)")
+	fs.StringVar(&c.pre.over, "over", "h2c", "-preopen: the attacker's protocol, h2c (to -h2c-addr) or tls (h2 over TLS to -tls-addr)")
+	fs.StringVar(&c.pre.h2cAddr, "h2c-addr", "", "-preopen: h2c address of the server (default -addr)")
+	fs.StringVar(&c.pre.tlsAddr, "tls-addr", "", "-preopen: TLS (ALPN h2) address of the server: the HTTP/2 bystander's, and the attacker's with -over tls")
+	fs.StringVar(&c.pre.sni, "sni", "", "-preopen: TLS server name (default -host)")
+	fs.StringVar(&c.pre.floodPath, "flood-path", "/flood", "-preopen: :path of the flooding streams (bench/target counts /flood)")
+	fs.DurationVar(&c.pre.quiet, "quiet", 3*time.Second, "-preopen: the bystanders' quiet window before the attack")
+	fs.StringVar(&c.pre.targetCounts, "target-counts", "", "-preopen: bench/target's counters URL (http://127.0.0.1:PORT/_counts; empty: not read)")
+	fs.StringVar(&c.pre.metrics, "metrics", "", "-preopen: the server's Prometheus /metrics URL for heap and goroutines (empty: none)")
+	fs.IntVar(&c.pre.pid, "pid", 0, "-preopen: the server's process group, for RSS and descriptors from /proc (0: none)")
+	fs.StringVar(&c.pre.name, "name", "server", "-preopen: the server's name in the output")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.pre.h2cAddr == "" {
+		c.pre.h2cAddr = c.addr
+	}
+	if c.pre.sni == "" {
+		c.pre.sni = c.host
+	}
+	if err := c.pre.check(c); err != nil {
 		return c, err
 	}
 	if _, ok := attacks[c.attack]; !ok {
@@ -95,9 +123,18 @@ var attacks = map[string]attack{
 }
 
 func main() {
+	if floodtest.RunChild(attackerEnv) {
+		return
+	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		log.Fatal(err)
+	}
+	if c.pre.conns > 0 {
+		if err := runPreopen(os.Stdout, c, c.pre); err != nil {
+			log.Fatal(err)
+		}
+		return
 	}
 	quiet, err := legit(context.Background(), c)
 	if err != nil {

@@ -36,7 +36,7 @@ func (u Usage) String() string {
 }
 
 // Target is what Watch samples: a /metrics URL (empty: none) and a process (0: none), with
-// its whole process group when Group is set (nginx's master and worker).
+// its whole process group when Group is set and PID leads one (nginx's master and worker).
 type Target struct {
 	MetricsURL string
 	PID        int
@@ -113,7 +113,9 @@ func sampleOnce(ctx context.Context, client *http.Client, tg Target) Usage {
 	if tg.PID > 0 {
 		pids := []int{tg.PID}
 		if tg.Group {
-			pids = groupPIDs(tg.PID)
+			if g := groupPIDs(tg.PID); len(g) > 0 {
+				pids = g
+			}
 		}
 		u.RSS, u.FDs = 0, 0
 		for _, p := range pids {
