@@ -186,7 +186,7 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	if overTLS {
 		a.Addr, a.SNI = p.HTTPS, preopenHost
 	}
-	res, err := floodtest.RunInChild(ctx, os.Args[0], preopenEnv, a)
+	res, err := floodtest.RunInChild(ctx, os.Args[0], preopenEnv, 0, a)
 	if err != nil {
 		t.Fatal(err)
 	}

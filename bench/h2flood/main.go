@@ -76,6 +76,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.pre.metrics, "metrics", "", "-preopen: the server's Prometheus /metrics URL for heap and goroutines (empty: none)")
 	fs.IntVar(&c.pre.pid, "pid", 0, "-preopen: the server's process group, for RSS and descriptors from /proc (0: none)")
 	fs.StringVar(&c.pre.name, "name", "server", "-preopen: the server's name in the output")
+	fs.IntVar(&c.pre.nice, "attacker-nice", 10, "-preopen: niceness of the attacker's process (0: as this one)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -25,6 +25,11 @@ import (
 // quiet window is the -quiet before the attacker starts; their flood window is the flood
 // itself (after the pre-open).
 //
+// The attacker runs at niceness -attacker-nice (10): it shares a core with the bystanders
+// and the target, and niced it takes what they leave (nearly all of the core) rather than
+// an equal share, so that the bystanders' latency measures the server, not their wait for
+// the core the attacker floods from, as with an attacker on a machine of its own.
+//
 // The server is watched every 250 ms: heap in use and goroutines from -metrics (a
 // Prometheus page; the ingress's /metrics), RSS and descriptors from /proc for -pid's
 // process group (nginx's master and worker). The target's counters (bench/target's
@@ -42,7 +47,7 @@ type preopenConfig struct {
 	floodPath                   string
 	quiet                       time.Duration
 	targetCounts, metrics, name string
-	pid                         int
+	pid, nice                   int
 }
 
 func (p *preopenConfig) check(c config) error {
@@ -149,7 +154,7 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 	if err != nil {
 		return err
 	}
-	res, err := floodtest.RunInChild(ctx, exe, attackerEnv, a)
+	res, err := floodtest.RunInChild(ctx, exe, attackerEnv, p.nice, a)
 	if err != nil {
 		return err
 	}

@@ -167,6 +167,13 @@ type conn struct {
 	served    chan struct{} // closed when the server's first frame was read
 	done      chan struct{} // closed when the reader stopped
 	over      atomic.Bool   // the server ended it (GOAWAY or close)
+	ours      atomic.Bool   // the attacker closed it (the flood is over, or it was not served in time)
+}
+
+// close closes the connection from the attacker's side: its end is not the server's doing.
+func (c *conn) close() {
+	c.ours.Store(true)
+	c.nc.Close()
 }
 
 // dial connects from a.From, sends the preface and empty SETTINGS, and starts the
@@ -239,7 +246,7 @@ func (c *conn) read(life context.Context, b *book, stop func() bool) {
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			if life.Err() != nil {
+			if c.ours.Load() || life.Err() != nil {
 				how = endOurs
 			}
 			break
@@ -314,7 +321,7 @@ func Run(ctx context.Context, a Attack) (Result, error) {
 				conns[i] = c
 			case <-c.done:
 			case <-openCtx.Done():
-				c.nc.Close()
+				c.close()
 				<-c.done
 			}
 		})
@@ -382,7 +389,16 @@ func slot(floodCtx, life context.Context, a *Attack, b *book, c *conn) {
 			}
 		}
 		c.flood(floodCtx, b)
-		c.nc.Close()
+		if floodCtx.Err() == nil {
+			// The server ended it (its GOAWAY read, or a write failed): the reader
+			// sees how before the connection is closed from this side.
+			select {
+			case <-c.done:
+			case <-floodCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+		c.close()
 		<-c.done
 		c = nil
 	}
