@@ -27,7 +27,14 @@
 # it so that a throughput run never reconnects; in a flood that default is part of the
 # protection nginx ships with, as the ingress's own limit is part of its).
 #
-# Everything listens on 127.0.0.1 only; every process started here is stopped on exit.
+# Each measurement has a target of its own on a fresh loopback address (127.0.2.N): a proxy
+# that opens and closes a target connection per flooding stream leaves tens of thousands in
+# TIME_WAIT towards it, and the next measurement against the same address would start with
+# the ephemeral ports to it used up (28,232 per source and destination pair; a connect()
+# then searches for a free one, and the bystanders' requests wait). Within one flood that
+# churn is the proxy's own doing, and is measured.
+#
+# Everything listens on loopback only; every process started here is stopped on exit.
 set -euo pipefail
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,7 +63,7 @@ for p in $PROXIES; do
 done
 
 # Ports (127.0.0.1 only), apart from bench/compare's.
-TARGET_PORT=18680
+TARGET_PORT=18680 # on 127.0.2.N, a fresh N per measurement
 declare -A HTTP_PORT=([ingress]=18601 [nginx]=18611 [haproxy]=18621)
 declare -A H2C_PORT=([ingress]=18601 [nginx]=18612 [haproxy]=18622)
 declare -A HTTPS_PORT=([ingress]=18643 [nginx]=18653 [haproxy]=18663)
@@ -139,17 +146,23 @@ render() {
 	! grep -v '^[[:space:]]*#' "$out" | grep -n '@[A-Z_]*@' || die "unfilled placeholder in $out"
 }
 
-# render_configs: bench/compare's configurations, with an h2c listener each and nginx's
-# per-connection request limit at its default (see the header).
+# render_configs TARGET_IP: bench/compare's configurations, with the target at TARGET_IP,
+# an h2c listener each and nginx's per-connection request limit at its default (see the
+# header).
 render_configs() {
+	local tip=$1
 	mkdir -p "$RUN/nginx-tmp"
 	render "$BENCH/nginx.conf" "$RUN/nginx.conf" nginx
+	sed -i "s|server 127.0.0.1:$TARGET_PORT;|server $tip:$TARGET_PORT;|" "$RUN/nginx.conf"
+	grep -q "server $tip:$TARGET_PORT;" "$RUN/nginx.conf" || die "nginx.conf: the target address was not set"
 	sed -i -e '/^[[:space:]]*keepalive_requests 1000000;/d' -e '/^[[:space:]]*http2_max_requests/d' \
 		-e "s|^\([[:space:]]*\)listen 127.0.0.1:${HTTPS_PORT[nginx]} ssl http2;|&\n\1listen 127.0.0.1:${H2C_PORT[nginx]} http2;|" "$RUN/nginx.conf"
 	# The upstream block's keepalive_requests (target side) stays as in bench/nginx.conf.
 	sed -i -e "s|^\([[:space:]]*keepalive 1024;\)|\1\n        keepalive_requests 1000000;|" "$RUN/nginx.conf"
 	grep -q "listen 127.0.0.1:${H2C_PORT[nginx]} http2;" "$RUN/nginx.conf" || die "nginx.conf: the h2c listener was not added"
 	render "$BENCH/haproxy.cfg" "$RUN/haproxy.cfg" haproxy
+	sed -i "s|server target 127.0.0.1:$TARGET_PORT|server target $tip:$TARGET_PORT|" "$RUN/haproxy.cfg"
+	grep -q "server target $tip:$TARGET_PORT" "$RUN/haproxy.cfg" || die "haproxy.cfg: the target address was not set"
 	sed -i "s|^\([[:space:]]*\)bind 127.0.0.1:${HTTPS_PORT[haproxy]} .*|&\n\1bind 127.0.0.1:${H2C_PORT[haproxy]} proto h2|" "$RUN/haproxy.cfg"
 	grep -q "bind 127.0.0.1:${H2C_PORT[haproxy]} proto h2" "$RUN/haproxy.cfg" || die "haproxy.cfg: the h2c listener was not added"
 	nginx -t -p "$RUN" -c "$RUN/nginx.conf" -e "$RUN/nginx-error.log" >"$RUN/logs/nginx-check.log" 2>&1 ||
@@ -161,6 +174,8 @@ render_configs() {
 	cert=$(awk '{ printf "%s\\n", $0 }' "$RUN/cert.pem")
 	key=$(awk '{ printf "%s\\n", $0 }' "$RUN/key.pem")
 	tmpl=${tmpl//@TARGET_PORT@/$TARGET_PORT}
+	tmpl=${tmpl//\"address\":\"127.0.0.1\"/\"address\":\"$tip\"}
+	[[ $tmpl == *"\"address\":\"$tip\""* ]] || die "routes.json: the target address was not set"
 	tmpl=${tmpl//@CERT_PEM@/$cert}
 	tmpl=${tmpl//@KEY_PEM@/$key}
 	printf '%s\n' "$tmpl" >"$RUN/routes.json"
@@ -201,19 +216,25 @@ start_proxy() {
 	done
 }
 
-# measure PROXY OVER CONNS FROM: one flood against a fresh proxy; appends its row.
+# measure PROXY OVER CONNS FROM TARGET_IP: one flood against a fresh proxy and a fresh
+# target at TARGET_IP; appends its row.
 measure() {
-	local px=$1 over=$2 conns=$3 from=$4 raw
+	local px=$1 over=$2 conns=$3 from=$4 tip=$5 raw
 	raw=$RUN/raw/$px-$over-$conns.txt
+	render_configs "$tip"
+	start "target-$px-$over-$conns" "$LOAD_CPU" env GOMAXPROCS=1 "$RUN/bin/target" -addr "$tip:$TARGET_PORT"
+	TARGET_PID=$STARTED_PID
+	wait_ready target "$TARGET_PID" "http://$tip:$TARGET_PORT/64"
 	start_proxy "$px"
 	log "$px: $conns connections over $over from $from, ${DURATION}s"
 	taskset -c "$LOAD_CPU" "$RUN/bin/h2flood" -preopen "$conns" -over "$over" -name "$px" -from "$from" \
 		-addr "127.0.0.1:${HTTP_PORT[$px]}" -h2c-addr "127.0.0.1:${H2C_PORT[$px]}" -tls-addr "127.0.0.1:${HTTPS_PORT[$px]}" \
 		-host "$HOST" -path /64 -d "${DURATION}s" -quiet "${QUIET}s" \
-		-target-counts "http://127.0.0.1:$TARGET_PORT/_counts" -metrics "$METRICS" -pid "$PROXY_PID" >"$raw" 2>&1 ||
+		-target-counts "http://$tip:$TARGET_PORT/_counts" -metrics "$METRICS" -pid "$PROXY_PID" -target-pid "$TARGET_PID" >"$raw" 2>&1 ||
 		{ cat "$raw" >&2; die "h2flood failed against $px"; }
 	kill -0 "$PROXY_PID" 2>/dev/null || die "$px died during the flood (see $RUN/logs/$px.log)"
 	stop "$PROXY_PID"
+	stop "$TARGET_PID"
 	sed -n '/^preopen:/,/^bystander HTTP\/2/p' "$raw" >&2
 	grep '^row' "$raw" | cut -f2- >>"$RESULTS"
 }
@@ -222,20 +243,20 @@ report() {
 	echo "## Pre-opened flood $(date -u +%Y-%m-%dT%H:%MZ)"
 	echo
 	echo "Command: \`$CMDLINE\` (${DURATION}s of flood after ${QUIET}s quiet; connections: $CONNS; over: $OVER)"
-	echo "Proxy on CPU $PROXY_CPU; h2flood (attacker child, bystanders) and the target on CPU $LOAD_CPU. Load average at start: $LOAD_START; at end: $(cut -d' ' -f1-3 /proc/loadavg)."
+	echo "Proxy on CPU $PROXY_CPU; h2flood (attacker child at niceness 10, bystanders) and the target (a fresh one per measurement) on CPU $LOAD_CPU. Load average at start: $LOAD_START; at end: $(cut -d' ' -f1-3 /proc/loadavg)."
 	echo
 	echo "- ingress: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo n/a) (working tree as built), $(go version "$RUN/bin/ingress" 2>/dev/null | awk '{ print $2 }'), flags: defaults ${INGRESS_FLAGS:+plus $INGRESS_FLAGS}"
 	echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //'), HAProxy: $(haproxy -v 2>/dev/null | head -1 | awk '{ print $3 }'), kernel $(uname -r), $(nproc) CPUs"
 	echo
-	echo "| proxy | over | conns | opened | streams sent | reached target | target conns opened | target conns at once | verdict at | gone after verdict | pre-opened gone at | peak heap MiB | peak RSS MiB | peak goroutines | peak fds | /metrics failed | HTTP/1.1 p99 quiet → flood ms (failed) | HTTP/2 p99 quiet → flood ms (failed) |"
-	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| proxy | over | conns | opened | streams sent | reached target | target conns opened | target conns at once | verdict at | gone after verdict | pre-opened gone at | peak heap MiB | peak RSS MiB | peak goroutines | peak fds | /metrics failed | HTTP/1.1 p99 quiet → flood ms (failed) | HTTP/2 p99 quiet → flood ms (failed) | CPU proxy / target |"
+	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	awk -F'\t' '{
-		printf "| %s | %s | %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s → %s (%s) | %s → %s (%s) |\n",
-			$1, $2, $3, $4, $5, $6, $7, $8, sec($9), sec($10), sec($11), $12, $13, $14, $15, ($1 == "ingress" ? $16 : "–"), $17, $18, $19, $20, $21, $22
+		printf "| %s | %s | %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s → %s (%s) | %s → %s (%s) | %s / %s |\n",
+			$1, $2, $3, $4, $5, $6, $7, $8, sec($9), sec($10), sec($11), $12, $13, $14, $15, ($1 == "ingress" ? $16 : "–"), $17, $18, $19, $20, $21, $22, $23, $24
 	}
 	function sec(v) { return v == "-" ? "–" : v " s" }' "$RESULTS"
 	echo
-	echo "Columns: opened = connections served before the flood began; streams sent = HEADERS+RST_STREAM pairs written; reached target = /flood requests bench/target answered; target conns = connections it accepted during the flood, and the most it had open at once; verdict = the first GOAWAY ENHANCE_YOUR_CALM, seconds after the flood began; gone after verdict = until no attacking connection was served any more (– : no verdict, or some still served at the end); pre-opened gone = when the proxy had ended the last of the pre-opened connections (–: one lasted the whole flood); peaks over the pre-open, the flood and one second after (heap and goroutines from the ingress's /metrics every 250 ms; RSS and descriptors from /proc, the process group); bystander p99s over the quiet window and over the flood, and their failed requests (5 s timeout)."
+	echo "Columns: opened = connections served before the flood began; streams sent = HEADERS+RST_STREAM pairs written; reached target = /flood requests bench/target answered; target conns = connections it accepted during the flood, and the most it had open at once; verdict = the first GOAWAY ENHANCE_YOUR_CALM, seconds after the flood began; gone after verdict = until no attacking connection was served any more (– : no verdict, or some still served at the end); pre-opened gone = when the proxy had ended the last of the pre-opened connections (–: one lasted the whole flood); peaks over the pre-open, the flood and one second after (heap and goroutines from the ingress's /metrics every 250 ms; RSS and descriptors from /proc, the process group); bystander p99s over the quiet window and over the flood, and their failed requests (5 s timeout); CPU = the proxy's and the target's processes during the flood, in % of one core (each is pinned to one)."
 }
 
 main() {
@@ -250,20 +271,15 @@ main() {
 	: >"$RESULTS"
 	build
 	make_cert
-	render_configs
-	start target "$LOAD_CPU" env GOMAXPROCS=1 "$RUN/bin/target" -addr "127.0.0.1:$TARGET_PORT"
-	TARGET_PID=$STARTED_PID
-	wait_ready target "$TARGET_PID" "http://127.0.0.1:$TARGET_PORT/64"
 	local i=0 px over conns
 	for conns in $CONNS; do
 		for over in $OVER; do
 			for px in $PROXIES; do
 				i=$((i + 1))
-				measure "$px" "$over" "$conns" "127.0.0.$((10 + i))"
+				measure "$px" "$over" "$conns" "127.0.0.$((10 + i))" "127.0.2.$((10 + i))"
 			done
 		done
 	done
-	stop "$TARGET_PID"
 	local md
 	md=$BENCH/out/flood-$(date -u +%Y-%m-%d-%H%M).md
 	report >"$md"

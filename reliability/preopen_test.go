@@ -201,7 +201,7 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	t.Logf("%s", res.Describe(conns))
 	t.Logf("target: %d flooding requests, %d connections opened during the flood, at most %d open at once",
 		target.flood.Load(), target.opened.Load()-targetBefore, target.peakOpen.Load())
-	t.Logf("binary at its peak: %s (%d samples, %d scrapes failed)", peak, samples, failedScrapes)
+	t.Logf("binary at its peak: %s (%d samples, %d scrapes failed); CPU during the flood %.2f cores", peak, samples, failedScrapes, w.CPUShare(res.Start, res.End))
 	t.Logf("bystander HTTP/1.1: quiet %s | flood %s", q1, d1)
 	t.Logf("bystander HTTP/2:   quiet %s | flood %s", q2, d2)
 

@@ -74,7 +74,8 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.pre.quiet, "quiet", 3*time.Second, "-preopen: the bystanders' quiet window before the attack")
 	fs.StringVar(&c.pre.targetCounts, "target-counts", "", "-preopen: bench/target's counters URL (http://127.0.0.1:PORT/_counts; empty: not read)")
 	fs.StringVar(&c.pre.metrics, "metrics", "", "-preopen: the server's Prometheus /metrics URL for heap and goroutines (empty: none)")
-	fs.IntVar(&c.pre.pid, "pid", 0, "-preopen: the server's process group, for RSS and descriptors from /proc (0: none)")
+	fs.IntVar(&c.pre.pid, "pid", 0, "-preopen: the server's process group, for RSS, descriptors and CPU from /proc (0: none)")
+	fs.IntVar(&c.pre.targetPID, "target-pid", 0, "-preopen: the target's process group, for its CPU (0: none)")
 	fs.StringVar(&c.pre.name, "name", "server", "-preopen: the server's name in the output")
 	fs.IntVar(&c.pre.nice, "attacker-nice", 10, "-preopen: niceness of the attacker's process (0: as this one)")
 	if err := fs.Parse(args); err != nil {

@@ -128,8 +128,8 @@ func TestPreopenAgainstServer(t *testing.T) {
 		t.Logf("%s", out.String())
 		_, row, ok := strings.Cut(out.String(), "\nrow\t")
 		cols := strings.Split(strings.TrimSpace(row), "\t")
-		if !ok || len(cols) != 22 {
-			t.Fatalf("%s: row %q: want 22 columns after \"row\"", over, row)
+		if !ok || len(cols) != 24 {
+			t.Fatalf("%s: row %q: want 24 columns after \"row\"", over, row)
 		}
 		if cols[0] != "net/http" || cols[1] != over || cols[2] != "4" || cols[3] != "4" || cols[4] == "0" {
 			t.Errorf("%s: name, over, conns, opened, streams = %q; want net/http, %s, 4, 4, some", over, cols[:5], over)
@@ -137,8 +137,8 @@ func TestPreopenAgainstServer(t *testing.T) {
 		if cols[18] != "0" || cols[21] != "0" || cols[16] == "0.00" || cols[19] == "0.00" {
 			t.Errorf("%s: bystander failures %s/%s, quiet p99s %s/%s", over, cols[18], cols[21], cols[16], cols[19])
 		}
-		if cols[12] == "0.0" || cols[14] == "0" {
-			t.Errorf("%s: peak RSS %s MiB, %s descriptors; want this process's", over, cols[12], cols[14])
+		if cols[12] == "0.0" || cols[14] == "0" || cols[22] == "-" || cols[23] != "-" {
+			t.Errorf("%s: peak RSS %s MiB, %s descriptors, CPU %s, target CPU %s; want this process's, and no target's", over, cols[12], cols[14], cols[22], cols[23])
 		}
 	}
 }

@@ -47,7 +47,7 @@ type preopenConfig struct {
 	floodPath                   string
 	quiet                       time.Duration
 	targetCounts, metrics, name string
-	pid, nice                   int
+	pid, targetPID, nice        int
 }
 
 func (p *preopenConfig) check(c config) error {
@@ -136,7 +136,8 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 	b1 := floodtest.Probe(ctx, time.Millisecond, bystander(h1, "http://"+c.addr+c.path, c.host, 1))
 	b2 := floodtest.Probe(ctx, time.Millisecond, bystander(h2, "https://"+p.sni+c.path, c.host, 2))
 	w := floodtest.Watch(ctx, 250*time.Millisecond, floodtest.Target{MetricsURL: p.metrics, PID: p.pid, Group: true})
-	defer func() { stop(); b1.Wait(); b2.Wait(); w.Wait() }()
+	tw := floodtest.Watch(ctx, 250*time.Millisecond, floodtest.Target{PID: p.targetPID, Group: true})
+	defer func() { stop(); b1.Wait(); b2.Wait(); w.Wait(); tw.Wait() }()
 
 	quietFrom := time.Now()
 	time.Sleep(p.quiet) // the quiet window: the bystanders alone
@@ -177,7 +178,9 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 	fmt.Fprintln(out, res.Describe(p.conns))
 	fmt.Fprintf(out, "target: %d flooding requests, %d connections opened, at most %d open at once\n",
 		after["flood"]-before["flood"], after["connections_opened"]-before["connections_opened"], after["peak_open"])
-	fmt.Fprintf(out, "server peak: %s (%d samples, %d /metrics scrapes failed)\n", peak, samples, failed)
+	cpu, targetCPU := w.CPUShare(res.Start, res.End), tw.CPUShare(res.Start, res.End)
+	fmt.Fprintf(out, "server peak: %s (%d samples, %d /metrics scrapes failed); CPU during the flood: server %s, target %s\n",
+		peak, samples, failed, percent(cpu), percent(targetCPU))
 	fmt.Fprintf(out, "bystander HTTP/1.1: quiet %s | flood %s\n", q1, d1)
 	fmt.Fprintf(out, "bystander HTTP/2:   quiet %s | flood %s\n", q2, d2)
 
@@ -207,6 +210,15 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 		secs(res.Verdict.Sub(res.Start), !res.Verdict.IsZero()), secs(gone, goneOK),
 		secs(res.PreopenedGone.Sub(res.Start), !res.PreopenedGone.IsZero()),
 		mib(peak.Heap), mib(float64(peak.RSS)), num(peak.Goroutines), num(float64(peak.FDs)), strconv.Itoa(failed),
-		ms(q1.P99), ms(d1.P99), strconv.Itoa(d1.Failed), ms(q2.P99), ms(d2.P99), strconv.Itoa(d2.Failed)}, "\t"))
+		ms(q1.P99), ms(d1.P99), strconv.Itoa(d1.Failed), ms(q2.P99), ms(d2.P99), strconv.Itoa(d2.Failed),
+		percent(cpu), percent(targetCPU)}, "\t"))
 	return nil
+}
+
+// percent is a CPU share in % of one core ("-" when unknown).
+func percent(cores float64) string {
+	if cores < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*cores)
 }

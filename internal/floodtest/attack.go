@@ -96,13 +96,20 @@ type book struct {
 	streams, dials, served, calm, goaway, closed, alive atomic.Int64
 
 	mu          sync.Mutex
-	start       time.Time
+	start, stop time.Time // the flood's bounds: ends after stop are the attacker's
 	res         *Result
 	preopenLeft int
 }
 
 // ended records that the served connection c ended; how says by what.
 func (b *book) ended(c *conn, how endKind) {
+	n := b.alive.Add(-1)
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.stop.IsZero() && !now.Before(b.stop) {
+		how = endOurs // the flood was over: the attacker was closing everything
+	}
 	switch how {
 	case endCalm:
 		b.calm.Add(1)
@@ -111,10 +118,6 @@ func (b *book) ended(c *conn, how endKind) {
 	case endClosed:
 		b.closed.Add(1)
 	}
-	n := b.alive.Add(-1)
-	now := time.Now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	switch {
 	case c.preopened && b.start.IsZero():
 		c.goneEarly = true
@@ -138,6 +141,9 @@ func (b *book) goAway(code http2.ErrCode) {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.stop.IsZero() && !now.Before(b.stop) {
+		return // after the flood: the attacker was closing everything
+	}
 	if b.res.FirstGoAway.IsZero() {
 		b.res.FirstGoAway, b.res.FirstCode = now, code.String()
 	}
@@ -343,6 +349,7 @@ func Run(ctx context.Context, a Attack) (Result, error) {
 	defer cancel()
 	b.mu.Lock()
 	b.start = time.Now()
+	b.stop = b.start.Add(a.Duration)
 	res.Start = b.start
 	for _, c := range conns {
 		if c != nil && !c.goneEarly {

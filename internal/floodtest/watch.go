@@ -21,8 +21,9 @@ type Usage struct {
 	Heap, Goroutines float64
 	Err              error
 	// RSS (VmRSS, bytes) and FDs (open descriptors) come from /proc, summed over the
-	// watched processes.
+	// watched processes, and CPU, their CPU time so far (user and system).
 	RSS, FDs int64
+	CPU      time.Duration
 }
 
 func (u Usage) String() string {
@@ -48,6 +49,7 @@ type Target struct {
 
 // Watcher samples a Target until its ctx ends.
 type Watcher struct {
+	hasPID  bool // CPU is sampled
 	mu      sync.Mutex
 	samples []Usage
 	done    chan struct{}
@@ -55,7 +57,7 @@ type Watcher struct {
 
 // Watch samples tg every period until ctx ends; Wait returns once it stopped.
 func Watch(ctx context.Context, period time.Duration, tg Target) *Watcher {
-	w := &Watcher{done: make(chan struct{})}
+	w := &Watcher{hasPID: tg.PID > 0, done: make(chan struct{})}
 	if tg.ScrapeTimeout <= 0 {
 		tg.ScrapeTimeout = 2 * time.Second
 	}
@@ -120,6 +122,7 @@ func sampleOnce(ctx context.Context, client *http.Client, tg Target) Usage {
 		u.RSS, u.FDs = 0, 0
 		for _, p := range pids {
 			u.RSS += vmRSS(p)
+			u.CPU += cpuTime(p)
 			if ents, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(p), "fd")); err == nil {
 				u.FDs += int64(len(ents))
 			}
@@ -179,6 +182,51 @@ func vmRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// clockTick is the unit of /proc/PID/stat's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is a process's user and system CPU time (0 when unreadable).
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// After the command's ") ": state is field 3 of the line, utime and stime 14 and 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	user, _ := strconv.ParseInt(f[11], 10, 64)
+	sys, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(user+sys) * clockTick
+}
+
+// CPUShare is the watched processes' CPU use between the samples nearest after from and
+// nearest before to, in cores (1.0: one core busy); -1 without two such samples or
+// without a process to watch.
+func (w *Watcher) CPUShare(from, to time.Time) float64 {
+	if !w.hasPID {
+		return -1
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first, last *Usage
+	for i := range w.samples {
+		u := &w.samples[i]
+		if u.At.Before(from) || u.At.After(to) {
+			continue
+		}
+		if first == nil {
+			first = u
+		}
+		last = u
+	}
+	if first == nil || last == first || last.At.Sub(first.At) <= 0 {
+		return -1
+	}
+	return float64(last.CPU-first.CPU) / float64(last.At.Sub(first.At))
 }
 
 // groupPIDs lists the processes whose process group is pgid.
