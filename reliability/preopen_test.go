@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,7 +199,12 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	d1, d2 := by.h1.Window(res.Start, res.End), by.h2.Window(res.Start, res.End)
 	peak, samples, failedScrapes := w.Peak(launched, res.End.Add(time.Second))
 
-	t.Logf("%s", res.Describe(conns))
+	// The verdict: the first GOAWAY ENHANCE_YOUR_CALM the attacker read, or the binary's
+	// first line about a connection of the attacker's address ended for abuse,
+	// whichever came first (a verdict may end the connections without a GOAWAY the
+	// attacker reads).
+	verdict := floodtest.Earliest(res.Verdict, abuseLogged(t, p, from))
+	t.Logf("%s", res.Describe(conns, verdict))
 	t.Logf("target: %d flooding requests, %d connections opened during the flood, at most %d open at once",
 		target.flood.Load(), target.opened.Load()-targetBefore, target.peakOpen.Load())
 	t.Logf("binary at its peak: %s (%d samples, %d scrapes failed); CPU during the flood %.2f cores", peak, samples, failedScrapes, w.CPUShare(res.Start, res.End))
@@ -234,17 +240,37 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 		t.Errorf("the target had %d connections open at once; want at most %d (--max-requests-per-client %d, 2 bystanders, 64 closing)",
 			n, preopenTargetConns, maxRequestsPerClient)
 	}
-	gone, ok := res.GoneAfterVerdict()
+	gone, ok := res.GoneAfter(verdict)
 	switch {
-	case res.Verdict.IsZero():
-		t.Errorf("no attacking connection was ended with GOAWAY ENHANCE_YOUR_CALM: the flood was never judged abusive")
+	case verdict.IsZero():
+		t.Errorf("the flood was never judged abusive (no GOAWAY ENHANCE_YOUR_CALM read, no line about a connection ended for abuse)")
 	case !ok:
 		t.Errorf("attacking connections were still served at the flood's end, %s after the verdict; want none within %s",
-			res.End.Sub(res.Verdict).Round(time.Millisecond), preopenGone)
+			res.End.Sub(verdict).Round(time.Millisecond), preopenGone)
 	case gone > preopenGone:
 		t.Errorf("the last attacking connection ended %s after the verdict; want within %s", gone.Round(time.Millisecond), preopenGone)
 	}
 	if err := errors.Join(by.h1.Window(res.End, time.Now()).FirstErr, by.h2.Window(res.End, time.Now()).FirstErr); err != nil {
 		t.Errorf("bystanders failed after the flood: %v", err)
 	}
+}
+
+// abuseLogged is the time of the binary's first line saying that a connection from
+// the address from was ended for abuse (zero: none). The binary writes it at a verdict
+// (proxy/penalize.go; the first one of a fresh binary is never rate-limited), its time
+// in milliseconds.
+func abuseLogged(t *testing.T, p *proc, from net.IP) time.Time {
+	line := p.FindLine(0, func(m map[string]any) bool {
+		msg, _ := m["msg"].(string)
+		return strings.Contains(msg, "ended for abuse") && m["client"] == from.String()
+	})
+	if line == nil {
+		return time.Time{}
+	}
+	ts, _ := line["ts"].(string)
+	at, err := time.Parse("2006-01-02T15:04:05.000Z0700", ts)
+	if err != nil {
+		t.Errorf("the binary's line about abuse has a time %q this test cannot read: %v", ts, err)
+	}
+	return at
 }

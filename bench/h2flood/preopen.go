@@ -175,7 +175,12 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 	d1, d2 := b1.Window(res.Start, res.End), b2.Window(res.Start, res.End)
 
 	fmt.Fprintf(out, "preopen: %s, %d connections over %s from %s, %s flood\n", p.name, p.conns, p.over, c.from, c.duration)
-	fmt.Fprintln(out, res.Describe(p.conns))
+	// The verdict: the first GOAWAY ENHANCE_YOUR_CALM the attacker read, or the first
+	// sample of the server's verdict count above its count before the flood (the
+	// ingress; up to 250 ms late), whichever came first. A verdict can end the
+	// connections without a GOAWAY the attacker reads.
+	verdict := floodtest.Earliest(res.Verdict, w.FirstAbuse(launched))
+	fmt.Fprintln(out, res.Describe(p.conns, verdict))
 	fmt.Fprintf(out, "target: %d flooding requests, %d connections opened, at most %d open at once\n",
 		after["flood"]-before["flood"], after["connections_opened"]-before["connections_opened"], after["peak_open"])
 	cpu, targetCPU := w.CPUShare(res.Start, res.End), tw.CPUShare(res.Start, res.End)
@@ -190,7 +195,11 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 		}
 		return fmt.Sprintf("%.2f", d.Seconds())
 	}
-	gone, goneOK := res.GoneAfterVerdict()
+	var gone time.Duration
+	var goneOK bool
+	if !verdict.IsZero() {
+		gone, goneOK = res.GoneAfter(verdict)
+	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
 	mib := func(v float64) string {
 		if v < 0 {
@@ -207,7 +216,7 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 	fmt.Fprintln(out, strings.Join([]string{"row", p.name, p.over, strconv.Itoa(p.conns), strconv.Itoa(res.Opened),
 		strconv.FormatInt(res.Streams, 10), strconv.FormatInt(after["flood"]-before["flood"], 10),
 		strconv.FormatInt(after["connections_opened"]-before["connections_opened"], 10), strconv.FormatInt(after["peak_open"], 10),
-		secs(res.Verdict.Sub(res.Start), !res.Verdict.IsZero()), secs(gone, goneOK),
+		secs(verdict.Sub(res.Start), !verdict.IsZero()), secs(gone, goneOK),
 		secs(res.PreopenedGone.Sub(res.Start), !res.PreopenedGone.IsZero()),
 		mib(peak.Heap), mib(float64(peak.RSS)), num(peak.Goroutines), num(float64(peak.FDs)), strconv.Itoa(failed),
 		ms(q1.P99), ms(d1.P99), strconv.Itoa(d1.Failed), ms(q2.P99), ms(d2.P99), strconv.Itoa(d2.Failed),

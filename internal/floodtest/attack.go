@@ -76,15 +76,20 @@ type Result struct {
 	Verdict     time.Time `json:"verdict"`
 	FirstGoAway time.Time `json:"firstGoAway"`
 	FirstCode   string    `json:"firstCode"`
-	// Zero is the first moment after Start with no served connection alive;
-	// ZeroAfterVerdict the first such moment at or after Verdict.
-	Zero             time.Time `json:"zero"`
-	ZeroAfterVerdict time.Time `json:"zeroAfterVerdict"`
+	// Empty lists the spans of the flood during which no served connection was alive
+	// (the server had ended them all); To is zero for one that lasted to the end.
+	Empty []Span `json:"empty"`
 	// PreopenedGone is when the server had ended the last of the Opened connections;
 	// zero when one of them lasted until the flood's end.
 	PreopenedGone time.Time `json:"preopenedGone"`
 	// Alive samples the served connections alive every 250 ms during the flood.
 	Alive []Point `json:"alive"`
+}
+
+// Span is a stretch of time; To is zero when it lasted to the flood's end.
+type Span struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 }
 
 // aliveEvery is the period of Result.Alive.
@@ -127,12 +132,21 @@ func (b *book) ended(c *conn, how endKind) {
 		}
 	}
 	if n == 0 && !b.start.IsZero() && how != endOurs {
-		if b.res.Zero.IsZero() {
-			b.res.Zero = now
-		}
-		if !b.res.Verdict.IsZero() && b.res.ZeroAfterVerdict.IsZero() {
-			b.res.ZeroAfterVerdict = now
-		}
+		b.res.Empty = append(b.res.Empty, Span{From: now})
+	}
+}
+
+// servedOne records that a connection was served; it ends a span without any.
+func (b *book) servedOne() {
+	b.served.Add(1)
+	if b.alive.Add(1) != 1 {
+		return
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e := b.res.Empty; len(e) > 0 && e[len(e)-1].To.IsZero() && now.Before(b.stop) {
+		e[len(e)-1].To = now
 	}
 }
 
@@ -259,8 +273,7 @@ func (c *conn) read(life context.Context, b *book, stop func() bool) {
 		}
 		if !served {
 			served = true
-			b.served.Add(1)
-			b.alive.Add(1)
+			b.servedOne()
 			close(c.served)
 		}
 		if ga, ok := f.(*http2.GoAwayFrame); ok {

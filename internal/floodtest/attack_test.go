@@ -100,8 +100,8 @@ func TestRunSeesTheVerdictAndTheEnd(t *testing.T) {
 	if res.Verdict.IsZero() || res.FirstCode != http2.ErrCodeEnhanceYourCalm.String() {
 		t.Fatalf("verdict %v, first GOAWAY code %q", res.Verdict, res.FirstCode)
 	}
-	if res.ZeroAfterVerdict.Before(res.Verdict) || res.PreopenedGone.IsZero() || res.ZeroAfterVerdict.After(res.End) {
-		t.Errorf("verdict %v, no connection alive at %v, pre-opened gone at %v, end %v", res.Verdict, res.ZeroAfterVerdict, res.PreopenedGone, res.End)
+	if d, ok := res.GoneAfter(res.Verdict); !ok || res.Verdict.Add(d).After(res.End) || res.PreopenedGone.IsZero() {
+		t.Errorf("verdict %v, gone %v after it (%v), pre-opened gone at %v, end %v; empty spans %v", res.Verdict, d, ok, res.PreopenedGone, res.End, res.Empty)
 	}
 	if len(res.Alive) == 0 || res.Alive[len(res.Alive)-1].Alive != 0 {
 		t.Errorf("alive timeline %v; want it to end at 0", res.Alive)
@@ -109,7 +109,7 @@ func TestRunSeesTheVerdictAndTheEnd(t *testing.T) {
 }
 
 // TestRunKeepsFloodingAServerThatLetsItBe: without a verdict every pre-opened connection
-// lives to the end of the flood, and Zero and PreopenedGone stay unset.
+// lives to the end of the flood: no span without one, and PreopenedGone stays unset.
 func TestRunKeepsFloodingAServerThatLetsItBe(t *testing.T) {
 	s := startCalmServer(t, 1<<30, 1<<30)
 	res, err := Run(context.Background(), Attack{Addr: s.ln.Addr().String(), Conns: 4,
@@ -117,7 +117,7 @@ func TestRunKeepsFloodingAServerThatLetsItBe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Opened != 4 || res.Streams == 0 || !res.Verdict.IsZero() || !res.Zero.IsZero() || !res.PreopenedGone.IsZero() || res.Dials != 4 {
+	if res.Opened != 4 || res.Streams == 0 || !res.Verdict.IsZero() || len(res.Empty) != 0 || !res.PreopenedGone.IsZero() || res.Dials != 4 {
 		t.Errorf("%+v; want 4 opened and dialled, streams, no verdict, no zero, pre-opened alive to the end", res)
 	}
 }
@@ -132,5 +132,31 @@ func TestPercentile(t *testing.T) {
 	}
 	if p := Percentile(nil, 99); p != 0 {
 		t.Errorf("p99 of nothing %d", p)
+	}
+}
+
+func TestGoneAfter(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	r := Result{Empty: []Span{{From: at(100), To: at(200)}, {From: at(500)}}}
+	for _, tc := range []struct {
+		v    int
+		want time.Duration
+		ok   bool
+	}{
+		{50, 50 * time.Millisecond, true},   // the first span begins 50 ms later
+		{150, 0, true},                      // inside a span: gone already
+		{200, 300 * time.Millisecond, true}, // served again at 200, gone at 500
+		{700, 0, true},                      // inside the last span, which lasts
+	} {
+		if d, ok := r.GoneAfter(at(tc.v)); d != tc.want || ok != tc.ok {
+			t.Errorf("GoneAfter(+%d ms) = %v, %v; want %v, %v", tc.v, d, ok, tc.want, tc.ok)
+		}
+	}
+	if _, ok := (Result{Empty: []Span{{From: at(100), To: at(200)}}}).GoneAfter(at(300)); ok {
+		t.Error("served again for good after the last span: want not gone")
+	}
+	if e := Earliest(time.Time{}, at(5), at(3), time.Time{}); !e.Equal(at(3)) {
+		t.Errorf("Earliest = %v", e)
 	}
 }

@@ -16,10 +16,11 @@ import (
 // Usage is one sample of a server's resources; a figure it could not read is -1.
 type Usage struct {
 	At time.Time
-	// Heap (go_memstats_heap_inuse_bytes) and Goroutines (go_goroutines) come from the
+	// Heap (go_memstats_heap_inuse_bytes), Goroutines (go_goroutines) and Abuse (the
+	// ingress's ingress_client_abuse_total: verdicts of abuse so far) come from the
 	// server's Prometheus /metrics; Err is set when that scrape failed.
-	Heap, Goroutines float64
-	Err              error
+	Heap, Goroutines, Abuse float64
+	Err                     error
 	// RSS (VmRSS, bytes) and FDs (open descriptors) come from /proc, summed over the
 	// watched processes, and CPU, their CPU time so far (user and system).
 	RSS, FDs int64
@@ -108,9 +109,9 @@ func (w *Watcher) Peak(from, to time.Time) (peak Usage, n, failed int) {
 }
 
 func sampleOnce(ctx context.Context, client *http.Client, tg Target) Usage {
-	u := Usage{At: time.Now(), Heap: -1, Goroutines: -1, RSS: -1, FDs: -1}
+	u := Usage{At: time.Now(), Heap: -1, Goroutines: -1, Abuse: -1, RSS: -1, FDs: -1}
 	if tg.MetricsURL != "" {
-		u.Heap, u.Goroutines, u.Err = scrape(ctx, client, tg.MetricsURL)
+		u.Heap, u.Goroutines, u.Abuse, u.Err = scrape(ctx, client, tg.MetricsURL)
 	}
 	if tg.PID > 0 {
 		pids := []int{tg.PID}
@@ -131,20 +132,21 @@ func sampleOnce(ctx context.Context, client *http.Client, tg Target) Usage {
 	return u
 }
 
-// scrape reads go_memstats_heap_inuse_bytes and go_goroutines from a Prometheus text page.
-func scrape(ctx context.Context, client *http.Client, url string) (heap, goroutines float64, err error) {
-	heap, goroutines = -1, -1
+// scrape reads go_memstats_heap_inuse_bytes, go_goroutines and (-1 when absent)
+// ingress_client_abuse_total from a Prometheus text page.
+func scrape(ctx context.Context, client *http.Client, url string) (heap, goroutines, abuse float64, err error) {
+	heap, goroutines, abuse = -1, -1, -1
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return heap, goroutines, err
+		return heap, goroutines, abuse, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return heap, goroutines, err
+		return heap, goroutines, abuse, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return heap, goroutines, fmt.Errorf("/metrics: %s", resp.Status)
+		return heap, goroutines, abuse, fmt.Errorf("/metrics: %s", resp.Status)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -158,15 +160,39 @@ func scrape(ctx context.Context, client *http.Client, url string) (heap, gorouti
 			heap, _ = strconv.ParseFloat(val, 64)
 		case "go_goroutines":
 			goroutines, _ = strconv.ParseFloat(val, 64)
+		case "ingress_client_abuse_total":
+			abuse, _ = strconv.ParseFloat(val, 64)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return heap, goroutines, err
+		return heap, goroutines, abuse, err
 	}
 	if heap < 0 || goroutines < 0 {
-		return heap, goroutines, fmt.Errorf("/metrics: go_memstats_heap_inuse_bytes or go_goroutines missing")
+		return heap, goroutines, abuse, fmt.Errorf("/metrics: go_memstats_heap_inuse_bytes or go_goroutines missing")
 	}
-	return heap, goroutines, nil
+	return heap, goroutines, abuse, nil
+}
+
+// FirstAbuse is the time of the first sample after from whose Abuse count is above the
+// last one before from: when the server's verdict was seen, up to a period late (zero:
+// never, or no Abuse figure).
+func (w *Watcher) FirstAbuse(from time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	base := 0.0
+	for _, u := range w.samples {
+		if u.Abuse < 0 {
+			continue
+		}
+		if u.At.Before(from) {
+			base = u.Abuse
+			continue
+		}
+		if u.Abuse > base {
+			return u.At
+		}
+	}
+	return time.Time{}
 }
 
 // vmRSS is a process's VmRSS in bytes (0 when unreadable).
