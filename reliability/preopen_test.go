@@ -244,6 +244,8 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	switch {
 	case verdict.IsZero():
 		t.Errorf("the flood was never judged abusive (no GOAWAY ENHANCE_YOUR_CALM read, no line about a connection ended for abuse)")
+	case !verdict.Before(res.End):
+		t.Errorf("the flood was judged abusive only %s after it ended (it lasted %s)", verdict.Sub(res.End).Round(time.Millisecond), preopenFlood)
 	case !ok:
 		t.Errorf("attacking connections were still served at the flood's end, %s after the verdict; want none within %s",
 			res.End.Sub(verdict).Round(time.Millisecond), preopenGone)
