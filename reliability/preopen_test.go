@@ -36,9 +36,8 @@ const preopenHost = "preopen.rel.test"
 // Bounds of TestPreopenedFlood.
 const (
 	// preopenFloor: a bystander's p99 may be 10x its quiet p99, or this, whichever is
-	// larger (the issue's bound; above floodFloor because a flood of 400 connections
-	// from a process on the same two cores takes more of the scheduler than
-	// TestH2Floods' four).
+	// larger (issue 25's bound; TestH2Floods' floodFloor is 5 ms for 4 attacking
+	// connections).
 	preopenFloor = 20 * time.Millisecond
 	// preopenHeap and preopenGoroutines bound the binary during the flood.
 	preopenHeap       = 150 << 20
