@@ -39,6 +39,9 @@ type options struct {
 	MaxHeaderBytes        int
 	ClientBodyTimeout     time.Duration
 	ClientSendTimeout     time.Duration
+	// HTTP2MaxStreamsPerConn: streams an HTTP/2 connection serves before it is asked
+	// to go away (issue 25).
+	HTTP2MaxStreamsPerConn int
 
 	MetricsPerHost bool
 	RetentionDays  int
@@ -71,6 +74,8 @@ func defaultOptions() options {
 		ClientBodyTimeout:     30 * time.Second,
 		ClientSendTimeout:     30 * time.Second,
 		RetentionDays:         35,
+
+		HTTP2MaxStreamsPerConn: 1000,
 	}
 }
 
@@ -99,6 +104,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", o.ClientBodyTimeout, "a request body must deliver at least 1 KiB (or its rest) in every window of this length, else 408")
 	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
+	fs.IntVar(&o.HTTP2MaxStreamsPerConn, "http2-max-streams-per-conn", o.HTTP2MaxStreamsPerConn, "streams (requests) one HTTP/2 connection serves; then it is asked to go away (GOAWAY), finishes them and closes, and the client reconnects (nginx's keepalive_requests)")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
@@ -170,6 +176,9 @@ func (o *options) validate() error {
 	}
 	if o.MaxHeaderBytes < 4096 || o.MaxHeaderBytes > 16<<20 {
 		bad("--max-header-bytes must be from 4096 to 16777216, got %d", o.MaxHeaderBytes)
+	}
+	if o.HTTP2MaxStreamsPerConn < 1 || o.HTTP2MaxStreamsPerConn > 1<<30 {
+		bad("--http2-max-streams-per-conn must be from 1 to 1073741824, got %d", o.HTTP2MaxStreamsPerConn)
 	}
 	if o.RetentionDays < 35 || o.RetentionDays > 3660 {
 		bad("--stats-retention-days must be from 35 to 3660, got %d", o.RetentionDays)
