@@ -205,3 +205,42 @@ func TestLateResetsBrowserBurst(t *testing.T) {
 		t.Fatalf("status %s", st)
 	}
 }
+
+// TestLateFramesLongAfter: the engine remembers the last resetMemory streams it reset;
+// trailers on one of them are ignored, trailers on a stream reset before those are a
+// connection error STREAM_CLOSED, as on any closed stream (RFC 9113 §5.1 lets the
+// period of ignoring be limited), and so are frames on a stream never opened.
+func TestLateFramesLongAfter(t *testing.T) {
+	ts := startServer(t, Config{}, earlyAnswer, false)
+	p := newPeer(t, ts)
+	const n = resetMemory + 1
+	id := uint32(1)
+	for range n {
+		p.headers(id, false, [2]string{":method", "POST"}, [2]string{":scheme", "http"}, [2]string{":authority", "a.example"}, [2]string{":path", "/up"})
+		if code, cut := awaitEnd(t, p, id, true); cut {
+			t.Fatalf("GOAWAY %v", code)
+		}
+		id += 2
+	}
+	last := id - 2
+	// The last one reset: its trailers are ignored, the connection serves on.
+	p.headers(last, true, [2]string{"x-t", "1"})
+	p.get(id, "/")
+	if st := p.expectResponse(id); st != "200" {
+		t.Fatalf("status %s", st)
+	}
+	// The first one, resetMemory resets ago: forgotten, a connection error.
+	p.headers(1, true, [2]string{"x-t", "1"})
+	if code := p.expectGoAway(); code != http2.ErrCodeStreamClosed {
+		t.Fatalf("trailers on a stream reset long ago: GOAWAY %v, want STREAM_CLOSED", code)
+	}
+
+	// DATA on a stream never opened stays a connection error PROTOCOL_ERROR.
+	p = newPeer(t, ts)
+	if err := p.fr.WriteData(1, true, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.expectGoAway(); code != http2.ErrCodeProtocol {
+		t.Fatalf("DATA on an idle stream: GOAWAY %v, want PROTOCOL_ERROR", code)
+	}
+}
