@@ -280,7 +280,13 @@ func (p *parker) run() {
 			ready[i] = nil
 		}
 		for i, c := range expired {
-			c.finish(false)
+			if c.secure {
+				// crypto/tls's Close sends close_notify and may wait up to 5 s for room
+				// to (a client that stopped reading): not on the parker's goroutine.
+				p.s.h1.wg.Go(func() { c.finish(false) }) // as the release above
+			} else {
+				c.finish(false)
+			}
 			expired[i] = nil
 		}
 		ready, expired = ready[:0], expired[:0]

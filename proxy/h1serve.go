@@ -89,6 +89,7 @@ type h1Conn struct {
 	pk       *parker             // the server's parker, when parkable
 	parkSeq  uint64              // the parker's number for the connection's current park
 	parkFd   int                 // the descriptor it is parked at (the parker's)
+	tlsMark  int64               // TLS: record bytes taken from the socket when the idle wait began
 	started  time.Time           // accepted at
 	now      time.Time           // read once per request
 	closing  bool                // the current response says Connection: close; then the conn closes
@@ -342,7 +343,7 @@ func (c *h1Conn) run() (handoff bool) {
 	}
 	c.ip = clientIP(c.cc.RemoteAddr().String())
 	c.trusted = s.isTrusted(c.ip)
-	if pk := s.parker; pk != nil && !c.secure && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil {
+	if pk := s.parker; pk != nil && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
 		c.parkable, c.pk = true, pk
 	}
 	c.rbuf = getReadBuf()
@@ -571,7 +572,7 @@ func (c *h1Conn) readHead() int {
 				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 				c.headerDeadline, c.dlIdle = true, false
 			}
-		} else if c.served > 0 {
+		} else if c.served > 0 && !c.headerDeadline {
 			c.state.Store(h1Idle)
 			if s.draining.Load() {
 				return h1Close
@@ -579,6 +580,7 @@ func (c *h1Conn) readHead() int {
 			if !c.dlIdle || time.Since(c.dlSetAt) >= h1IdleSlack {
 				c.setIdleDeadline()
 			}
+			c.markRecords()
 		}
 		nr, err := c.read(c.rbuf[c.w:])
 		if err == errRawWait {
@@ -595,6 +597,13 @@ func (c *h1Conn) readHead() int {
 				if h1wire.HeadEnd(c.rbuf[c.r:c.w], 0) >= 0 {
 					continue
 				}
+			}
+			if c.recordInPart(err) {
+				// Part of a TLS record came during the idle wait: a request is on its
+				// way, under ReadHeaderTimeout from now (h1idle.go).
+				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+				c.headerDeadline, c.dlIdle = true, false
+				continue
 			}
 			return c.readFailed(err)
 		}
