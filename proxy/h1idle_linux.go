@@ -128,6 +128,9 @@ func (p *parker) park(c *h1Conn) bool {
 	}
 	// From here c is h1Parked: closeIdle and closeAll claim it (under mu) instead of
 	// closing it, so its descriptor stays open while we hold mu.
+	if c.secure {
+		dropTLSBuffers(c.cc.tc) // tlsbuf.go; c is ours: its goroutine is this one
+	}
 	p.seq++
 	seq := p.seq
 	var fd int
