@@ -44,8 +44,9 @@ const (
 	// h1IdleSlack: the idle deadline is renewed only when it is at least this old, which
 	// saves a timer update per request on busy connections.
 	h1IdleSlack = time.Second
-	// h1ParkAfter: a plain connection idle for between h1ParkAfter-h1IdleSlack and
-	// h1ParkAfter gives its read buffer back and waits without a goroutine (h1idle.go).
+	// h1ParkAfter: an HTTP/1.1 connection (plain or TLS) idle for between
+	// h1ParkAfter-h1IdleSlack and h1ParkAfter gives its read buffer back and waits without
+	// a goroutine (h1idle.go).
 	h1ParkAfter = 2 * time.Second
 )
 
@@ -84,7 +85,7 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
-	parkable bool                // plain TCP, and the server has a parker (h1idle.go)
+	parkable bool                // on TCP (plain or TLS), and the server has a parker (h1idle.go)
 	parking  bool                // run returned to park the idle connection
 	pk       *parker             // the server's parker, when parkable
 	parkSeq  uint64              // the parker's number for the connection's current park
