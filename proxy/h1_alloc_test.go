@@ -62,7 +62,10 @@ func h1HotPathAllocs(t *testing.T, secure bool) {
 	}
 	t.Logf("%.3f allocations per request for client, proxy and target together", allocs)
 	limit := 0.0
-	if raceEnabled {
+	switch {
+	case raceEnabled && secure:
+		limit = 3 // crypto/tls allocates 2 per request under the race detector, parking or not
+	case raceEnabled:
 		limit = 1
 	}
 	if allocs > limit {
