@@ -17,10 +17,11 @@ import (
 // readable; then it starts a serving goroutine for that connection, which takes a buffer
 // and serves on exactly as before. The parker also closes parked connections idle past
 // IdleTimeout, and Shutdown closes them at once like any idle connection. An idle
-// connection then costs only its connection state (about 1.2 KiB plain, 3.6 KiB over TLS;
-// bench/README.md, reliability/idle_test.go) instead of a buffer and a goroutine stack. Busy connections
-// never park: the hot path is unchanged except for a pooled buffer instead of an
-// allocated one. Elsewhere than Linux nothing parks (h1idle_other.go).
+// connection then costs only its connection state (about 1.2 KiB plain, 3.6 KiB over
+// TLS; bench/README.md, reliability/idle_test.go) instead of a buffer and a goroutine
+// stack. Busy connections never park: the hot path is unchanged except for a pooled
+// buffer instead of an allocated one. Elsewhere than Linux nothing parks
+// (h1idle_other.go).
 //
 // HTTP/1.1 over TLS parks alike: crypto/tls may hold bytes that a poll of the socket
 // cannot see, but the idle wait that ends in a park is itself the proof that it holds
@@ -36,8 +37,8 @@ import (
 // counted below crypto/tls (rawnet.TCPConn.BytesRead). One cost of counting bytes rather
 // than records: a complete record that carries no request (a TLS 1.3 KeyUpdate) during
 // the idle wait also counts as a request on its way, so such a connection closes at
-// ReadHeaderTimeout after its park would have begun unless a request follows. At the park,
-// crypto/tls's empty input buffers are dropped too (tlsbuf.go).
+// ReadHeaderTimeout after its park would have begun unless a request follows. At the
+// park, crypto/tls's empty input buffers are dropped too (tlsbuf.go).
 //
 // Ownership. A connection belongs to exactly one party at a time: its serving goroutine,
 // or, in state h1Parked, the parker. Only a holder of parker.mu moves a connection into or

@@ -295,7 +295,9 @@ func TestTLSParkedWakeAll(t *testing.T) {
 	if raceEnabled {
 		n = 500 // handshakes are slow under the race detector
 	}
-	e := tlsParkEnv(t)
+	// The echo target answers every woken request at once: on a loaded machine under the
+	// race detector that takes longer than the usual 5 s wait for a target's answer.
+	e := tlsParkEnv(t, func(c *Config) { c.ResponseHeaderTimeout = 30 * time.Second })
 	base := runtime.NumGoroutine()
 	clients := make([]*tlsParkClient, n)
 	var wg sync.WaitGroup

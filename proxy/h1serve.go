@@ -601,7 +601,11 @@ func (c *h1Conn) readHead() int {
 			}
 			if c.recordInPart(err) {
 				// Part of a TLS record came during the idle wait: a request is on its
-				// way, under ReadHeaderTimeout from now (h1idle.go).
+				// way (busy, as when a plain head has begun), under ReadHeaderTimeout
+				// from now (h1idle.go).
+				if !c.activate() {
+					return h1Close
+				}
 				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 				c.headerDeadline, c.dlIdle = true, false
 				continue
