@@ -426,3 +426,23 @@ func TestTLSBuffersDropped(t *testing.T) {
 		t.Fatalf("after the drop: %q, %v", buf, err)
 	}
 }
+
+// TestTLSParkedIdleTimeout: the parker closes a parked TLS connection at its idle timeout
+// (off its own goroutine: crypto/tls's Close sends close_notify), not before, counts it
+// closed and leaves no serving goroutine.
+func TestTLSParkedIdleTimeout(t *testing.T) {
+	skipUnlessParking(t)
+	const idle = h1ParkAfter + time.Second
+	e := tlsParkEnv(t, func(c *Config) { c.IdleTimeout = idle })
+	pc := newTLSParkClient(t, e)
+	pc.get("/first")
+	answered := time.Now()
+	testwait.Until(t, 2*idle, "the idle TLS connection parked", func() bool { return parkedOn(e.srv) == 1 })
+	// The read ends with the proxy's close_notify (io.EOF) or its close: the event itself.
+	took := pc.closedByProxy().Sub(answered)
+	if took < idle-100*time.Millisecond || took > idle+parkTick+h1IdleSlack+time.Second {
+		t.Errorf("closed %s after the answer; the idle timeout is %s", took, idle)
+	}
+	testwait.Until(t, 5*time.Second, "the connection counted closed", func() bool { return e.openH1() == 0 && parkedOn(e.srv) == 0 })
+	testwait.Until(t, 5*time.Second, "no serving goroutine left", func() bool { return h1Goroutines() == 0 })
+}
