@@ -33,10 +33,12 @@ import (
 // Read had never ended. A part of a record that came during the idle wait means a
 // request is on its way: the connection does not park but waits for the rest under
 // ReadHeaderTimeout (recordInPart), so a client cannot hold a connection for longer
-// than the idle timeout by trickling a record a byte at a time. The record bytes are
-// counted below crypto/tls (rawnet.TCPConn.BytesRead). One cost of counting bytes rather
-// than records: a complete record that carries no request (a TLS 1.3 KeyUpdate) during
-// the idle wait also counts as a request on its way, so such a connection closes at
+// than the idle timeout by trickling a record a byte at a time. Whether crypto/tls holds
+// part of a record is read from its record buffer (tlsHeld, tlsbuf.go). Should that not
+// be known (a Go release without the field), the record bytes counted below crypto/tls
+// (rawnet.TCPConn.BytesRead) since the idle wait began stand in; counting bytes rather
+// than records, a complete record that carries no request (a TLS 1.3 KeyUpdate) during
+// the idle wait then also counts as a request on its way, so such a connection closes at
 // ReadHeaderTimeout after its park would have begun unless a request follows. At the
 // park, crypto/tls's empty input buffers are dropped too (tlsbuf.go).
 //
@@ -116,8 +118,7 @@ func (c *h1Conn) markRecords() {
 }
 
 // recordInPart reports whether the idle wait of a parkable TLS connection ended (err, a
-// timeout) after crypto/tls took record bytes from the socket that made no plaintext:
-// part of a record, a request on its way.
+// timeout) with part of a record in crypto/tls: a request on its way.
 func (c *h1Conn) recordInPart(err error) bool {
 	if !c.secure || !c.parkable || !c.dlIdle {
 		return false
@@ -126,6 +127,9 @@ func (c *h1Conn) recordInPart(err error) bool {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return false
 	}
-	n, _ := c.cc.tlsIn()
+	if held, ok := tlsHeld(c.cc.tc); ok {
+		return held
+	}
+	n, _ := c.cc.tlsIn() // record bytes taken since the wait began
 	return n > c.tlsMark
 }

@@ -58,3 +58,13 @@ func dropTLSBuffers(tc *tls.Conn) bool {
 	input.Reset(nil)
 	return true
 }
+
+// tlsHeld reports whether tc holds record bytes it took from the socket and has not
+// decrypted yet (part of a record); ok is false when tls.Conn's fields are not known
+// (tlsBufs). Only tc's reader may ask.
+func tlsHeld(tc *tls.Conn) (held, ok bool) {
+	if !tlsBufs.ok || tc == nil {
+		return false, false
+	}
+	return (*bytes.Buffer)(unsafe.Add(unsafe.Pointer(tc), tlsBufs.rawInput)).Len() > 0, true
+}
