@@ -39,6 +39,7 @@ type options struct {
 	MaxHeaderBytes        int
 	ClientBodyTimeout     time.Duration
 	ClientSendTimeout     time.Duration
+	TunnelIdleTimeout     time.Duration
 
 	MetricsPerHost bool
 	RetentionDays  int
@@ -70,6 +71,7 @@ func defaultOptions() options {
 		MaxHeaderBytes:        64 << 10,
 		ClientBodyTimeout:     30 * time.Second,
 		ClientSendTimeout:     30 * time.Second,
+		TunnelIdleTimeout:     5 * time.Minute,
 		RetentionDays:         35,
 	}
 }
@@ -99,6 +101,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", o.ClientBodyTimeout, "a request body must deliver at least 1 KiB (or its rest) in every window of this length, else 408")
 	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
+	fs.DurationVar(&o.TunnelIdleTimeout, "tunnel-idle-timeout", o.TunnelIdleTimeout, "a WebSocket tunnel (HTTP/1.1, HTTP/2, HTTP/3) with no byte either way for this long is closed; longer than nginx's proxy_read_timeout and AWS ALB (60s) and Cloudflare (100s), so what stays alive behind those stays alive here")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
@@ -165,6 +168,7 @@ func (o *options) validate() error {
 	positive("idle-timeout", o.IdleTimeout)
 	positive("client-body-timeout", o.ClientBodyTimeout)
 	positive("client-send-timeout", o.ClientSendTimeout)
+	positive("tunnel-idle-timeout", o.TunnelIdleTimeout)
 	if o.PublicHTTPSPort < 0 || o.PublicHTTPSPort > 65535 {
 		bad("--public-https-port must be from 1 to 65535 (0: the bound port), got %d", o.PublicHTTPSPort)
 	}

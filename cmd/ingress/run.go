@@ -218,6 +218,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		MaxHeaderBytes:        o.MaxHeaderBytes,
 		ClientBodyTimeout:     o.ClientBodyTimeout,
 		ClientSendTimeout:     o.ClientSendTimeout,
+		TunnelIdleTimeout:     o.TunnelIdleTimeout,
 		AccessLog:             access,
 		PublicHTTPSPort:       o.PublicHTTPSPort,
 		GetCertificate:        in.acmeGetCertificate(),
