@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/serve-zone/ingress/routetable"
+	"github.com/serve-zone/ingress/stats"
 )
 
 // wsTunnel is one WebSocket through the ingress, spoken as frames: send writes one text
@@ -112,5 +115,26 @@ done:
 	}
 	if got := e.totals.Snapshot().WebSockets; got != int64(len(active)) {
 		t.Errorf("%d tunnels open, want the %d active ones", got, len(active))
+	}
+}
+
+// TestPipeStampCostsNoAllocation: the activity stamp the copy loop sets per chunk is one
+// atomic store: pipe allocates nothing per chunk.
+func TestPipeStampCostsNoAllocation(t *testing.T) {
+	e := newEnv(t)
+	tn := &tunnel{}
+	src := strings.NewReader("")
+	chunk := strings.Repeat("x", 512)
+	allocs := testing.AllocsPerRun(100, func() {
+		src.Reset(chunk)
+		if _, err := e.srv.pipe(io.Discard, src, nil, stats.ProtoHTTP1, true, tn); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("pipe allocated %.1f times per run, want 0", allocs)
+	}
+	if tn.last.Load() == 0 {
+		t.Fatal("pipe did not stamp the tunnel's activity")
 	}
 }
