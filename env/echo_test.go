@@ -35,7 +35,7 @@ func TestScrubberTakesOutChainsOfEncodings(t *testing.T) {
 	scrub := NewBearer(echoBearer).Scrubber()
 	rng := rand.New(rand.NewPCG(25, 4))
 	found := 0
-	for range 3000 {
+	for range 1000 {
 		enc, name := echotest.Chain(rng, 3)
 		text := "x " + enc(echoBearer) + " y"
 		if echotest.HoldsSecret(text, echoBearer, 8, 3) {
@@ -45,8 +45,8 @@ func TestScrubberTakesOutChainsOfEncodings(t *testing.T) {
 			t.Fatalf("%s: scrubbed %q to %q, which still holds the bearer", name, text, got)
 		}
 	}
-	if found < 1500 {
-		t.Fatalf("the test's decoders found the bearer in only %d of 3000 echoes: the check proves little", found)
+	if found < 500 {
+		t.Fatalf("the test's decoders found the bearer in only %d of 1000 echoes: the check proves little", found)
 	}
 }
 

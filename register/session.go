@@ -282,8 +282,11 @@ var knownCodes = []string{"cluster-ingress-registration-refused", "protocol-refu
 // errors and the session's decoding errors name it by its fingerprint, see
 // redact.OpaqueError); what they leave out goes to a debug line, scrubbed.
 func (s *Session) relayError(err error) zap.Field {
+	var re *relay.RemoteError
 	if raw, ok := redact.Raw(err); ok {
 		s.debugText("error", raw)
+	} else if errors.As(err, &re) {
+		s.debugScrubbed("error", re.Fingerprint(), re.Text) // Text is scrubbed already
 	}
 	return zap.String("error", err.Error())
 }
@@ -308,10 +311,18 @@ func (s *Session) known(key, v string, known ...string) string {
 // its fingerprint, which the lines at higher levels carry in its place.
 func (s *Session) debugText(key, v string) string {
 	fp := redact.Fingerprint(v)
-	if ce := s.log.Check(zapcore.DebugLevel, "relay-sent text"); ce != nil {
-		ce.Write(zap.String("field", key), zap.String("fingerprint", fp), zap.String("text", s.scrub(v)))
+	if s.log.Core().Enabled(zapcore.DebugLevel) {
+		s.debugScrubbed(key, fp, s.scrub(v))
 	}
 	return fp
+}
+
+// debugScrubbed logs text, a scrubbed text the relay chose, at debug level under its
+// fingerprint fp.
+func (s *Session) debugScrubbed(key, fp, text string) {
+	if ce := s.log.Check(zapcore.DebugLevel, "relay-sent text"); ce != nil {
+		ce.Write(zap.String("field", key), zap.String("fingerprint", fp), zap.String("text", text))
+	}
 }
 
 // scrubAll scrubs each of list (violations that may quote the relay's request) into a new

@@ -54,11 +54,16 @@ func (e *RemoteError) Error() string {
 	case noMethodText, requestInvalidText, internalErrorText:
 		return "relay: remote error " + strconv.Quote(e.Text)
 	}
-	fp := e.fingerprint
-	if fp == "" {
-		fp = redact.Fingerprint(e.Text)
+	return "relay: remote error (text of " + e.Fingerprint() + ")"
+}
+
+// Fingerprint is redact.Fingerprint of the text as the peer sent it (for an error Call
+// returned; of Text otherwise): what Error names it by.
+func (e *RemoteError) Fingerprint() string {
+	if e.fingerprint != "" {
+		return e.fingerprint
 	}
-	return "relay: remote error (text of " + fp + ")"
+	return redact.Fingerprint(e.Text)
 }
 
 // Is matches another *RemoteError with the same text, so errors.Is(err, ErrNoMethod) works.
