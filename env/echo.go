@@ -15,8 +15,9 @@ import (
 // with separators gets past it. So after the replacement, the text is decoded every way a
 // peer commonly encodes text, in chains up to echoDepth long, and when any decoding holds
 // echoWindow bytes in a row of the bearer (case ignored), the whole text is withheld. This
-// runs only where a peer's text is written down at debug level: it is not cheap, and it
-// is not meant to be.
+// runs only on text a peer chose, where it is written down (a debug line, a table's
+// violations, which routetable bounds to 1,000, an answer to the relay): about 0.2 ms for
+// a 100-byte text, which is not cheap and is not meant to be.
 
 // echoWindow is the shortest run of the bearer's bytes that counts as an echo of it.
 const echoWindow = 8

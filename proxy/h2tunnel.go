@@ -68,7 +68,7 @@ func (x *h2Req) tunnel() {
 	x.status = http.StatusOK
 	x.out += headBytes(fields)
 	bc, br := u.tunnelConn()
-	st.SetBodyTimeout(0) // a WebSocket may be silent for as long as it likes
+	st.SetBodyTimeout(0) // a WebSocket may be silent up to TunnelIdleTimeout (sweepIdle)
 	if err := st.WriteHead(http.StatusOK, fields, nil, false); err != nil {
 		bc.Close()
 		x.clientStopped(err)
