@@ -166,14 +166,18 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 type tunnel struct {
 	once            sync.Once
 	client, backend net.Conn
-	// last is when a byte last passed either way (unix nanoseconds): pipe stamps it
-	// after each read and write, and sweepIdle closes the tunnel once it is older than
+	// last is when a byte last passed either way (nanoseconds on the monotonic clock
+	// since tunnelEpoch, so that no wall-clock step closes or keeps tunnels): pipe stamps
+	// it after each read and write, and sweepIdle closes the tunnel once it is older than
 	// Config.TunnelIdleTimeout. One atomic store per chunk, no timer.
 	last atomic.Int64
 }
 
+// tunnelEpoch is the origin of tunnel.last's clock.
+var tunnelEpoch = time.Now()
+
 // touch records that bytes just passed.
-func (t *tunnel) touch() { t.last.Store(time.Now().UnixNano()) }
+func (t *tunnel) touch() { t.last.Store(int64(time.Since(tunnelEpoch))) }
 
 func (t *tunnel) close() {
 	t.once.Do(func() {
@@ -237,7 +241,7 @@ func (ts *tunnelSet) sweepIdle(ctx context.Context, timeout time.Duration, close
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			before := now.Add(-timeout).UnixNano()
+			before := int64(now.Sub(tunnelEpoch) - timeout)
 			idle = idle[:0]
 			ts.mu.Lock()
 			for t := range ts.m {
