@@ -42,10 +42,14 @@ func (p *Peer) methodField(method string) zap.Field {
 	return p.peerString("method", method)
 }
 
-// peerViolations are the log fields for the violations of a frame the other side sent:
-// they name its keys, so only their count and fingerprint.
+// peerViolations is the log field for the violations of a frame the other side sent:
+// they name its keys, so only their count and the fingerprint of their text, as
+// "2 (text of 57 bytes, sha256 1a2b3c4d)".
 func (p *Peer) peerViolations(list []string) zap.Field {
-	return p.peerString("violations", strconv.Itoa(len(list))+": "+strings.Join(list, "; "))
+	text := strings.Join(list, "; ")
+	fp := redact.Fingerprint(text)
+	p.debugText("violations", fp, text)
+	return zap.String("violations", strconv.Itoa(len(list))+" (text of "+fp+")")
 }
 
 // peerError is the "error" log field for an error this package made or returned: its text
