@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -138,7 +139,7 @@ func TestH3ExtendedConnectPathMustBeOriginForm(t *testing.T) {
 	e := newEnv(t, withHTTP3)
 	const host = "ws.example.test"
 	e.tlsRoute(host, tg.addr)
-	for _, target := range []*url.URL{{Opaque: "*"}, {Scheme: "https", Host: host, Opaque: "ws"}} {
+	for _, target := range []*url.URL{{Opaque: "*"}} { // quic-go's client sends no other such path
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		qc, err := quic.DialAddr(ctx, e.srv.HTTP3Addr().String(),
 			&tls.Config{InsecureSkipVerify: true, ServerName: host, NextProtos: []string{http3.NextProtoH3}}, &quic.Config{})
@@ -155,8 +156,10 @@ func TestH3ExtendedConnectPathMustBeOriginForm(t *testing.T) {
 		req := &http.Request{Method: http.MethodConnect, URL: target, Host: host, Proto: "websocket",
 			Header: http.Header{"Sec-Websocket-Version": {"13"}}}
 		status := 0
-		if err := str.SendRequestHeader(req); err == nil {
-			if res, err := str.ReadResponse(); err == nil {
+		err = str.SendRequestHeader(req)
+		if err == nil {
+			var res *http.Response
+			if res, err = str.ReadResponse(); err == nil {
 				status = res.StatusCode
 			}
 		}
@@ -186,5 +189,31 @@ func TestAppendTargetQueryAllocatesNothing(t *testing.T) {
 	}
 	if got := string(buf); got != "/q?a=%FF%FE&b=%25zz&c=%7Bx%7D" {
 		t.Fatalf("appendTarget wrote %q", got)
+	}
+}
+
+// TestH3TunnelHandlerRefusesNonOriginPath: what quic-go's parser lets through reaches the
+// handler's own check: an HTTP/3 extended CONNECT whose :path is not origin-form is
+// answered 400 and no target sees it.
+func TestH3TunnelHandlerRefusesNonOriginPath(t *testing.T) {
+	tg := newWireTarget(t, wireOK)
+	e := newEnv(t)
+	const host = "ws.example.test"
+	e.apply([]routeSpec{{host: host, backends: []string{tg.addr}}})
+	for _, p := range []string{"*", "ws", "ws.example.test:443", "/ws\x01"} {
+		r := httptest.NewRequest(http.MethodConnect, "https://"+host+"/ws", nil)
+		r.Proto, r.ProtoMajor, r.ProtoMinor = "websocket", 3, 0
+		r.Host = host // NewRequest reads a CONNECT's URL as an authority
+		r.RequestURI = p
+		r.TLS = nil // a plain route: the certificate check would need a QUIC connection
+		r.Header.Set("Sec-Websocket-Version", "13")
+		w := httptest.NewRecorder()
+		e.srv.handler.ServeHTTP(w, r)
+		if w.Code != http.StatusBadRequest {
+			t.Errorf(":path %q answered %d %q, want 400", p, w.Code, w.Body.String())
+		}
+		if heads, _ := tg.take(); len(heads) > 0 {
+			t.Errorf(":path %q reached the target: %v", p, heads)
+		}
 	}
 }
