@@ -150,12 +150,18 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		// What was taken of the body counts, whatever the exchange came to.
 		defer func() { rs.in += fw.tb.n.Load() }()
 	}
+	if o, failed := s.holdBody(up); failed {
+		// The body failed before any target saw the request (bodybuf.go).
+		rs.err = up.clientErr
+		s.unanswered(w, r, rs, o)
+		return
+	}
 	start := rs.start
-	if start.IsZero() {
+	if start.IsZero() || up != nil {
 		start = time.Now()
 	}
 	keyed := len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
-	replay := upstream.Replayable(r.Method, hasBody, keyed)
+	replay := upstream.Replayable(r.Method, !up.rewindable(), keyed)
 	walk := newWalk(s, rs.entry)
 	for {
 		tgt := walk.next()
@@ -181,18 +187,27 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 				o = outcomeClientGone
 			}
 		}
-		if walk.missed(o, err, up == nil || !up.took.Load()) {
+		if walk.missed(o, err, !up.taken()) {
 			continue
 		}
-		if o == outcomeClientGone {
-			// Nothing to say, and never net/http's default 200 for a handler that wrote
-			// nothing: should the client still listen, its connection or stream ends.
-			rs.abort = true
-		} else {
-			s.answer(w, rs, o)
-		}
+		s.unanswered(w, r, rs, o)
 		return
 	}
+}
+
+// unanswered answers o to a request that failed without an answer from its target.
+func (s *Server) unanswered(w http.ResponseWriter, r *http.Request, rs *reqState, o outcome) {
+	switch {
+	case o == outcomeClientGone:
+		// Nothing to say, and never net/http's default 200 for a handler that wrote
+		// nothing: should the client still listen, its connection or stream ends.
+		rs.abort = true
+		return
+	case (o == outcomeClientBody || o == outcomeBodyTimeout) && r.ProtoMajor == 1:
+		// The rest of the body, if any, cannot be told from a next request.
+		w.Header()["Connection"] = valClose
+	}
+	s.answer(w, rs, o)
 }
 
 // methodUsuallyLacksBody reports a method whose requests rarely have content (Go's

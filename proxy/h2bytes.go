@@ -43,6 +43,7 @@ type h2Work struct {
 
 // release puts w back in its pool, holding no request's header values.
 func (w *h2Work) release() {
+	w.body.release()
 	w.reset()
 	clear(w.hf)
 	w.hf = w.hf[:0]
@@ -75,11 +76,17 @@ func (x *h2Req) forwardBytes() {
 		return
 	}
 	x.up = up
+	if o, failed := s.holdBody(up); failed {
+		// The body failed before any target saw the request (bodybuf.go).
+		x.err = up.clientErr
+		x.fail(o)
+		return
+	}
 	start := x.start
-	if start.IsZero() {
+	if start.IsZero() || up != nil {
 		start = time.Now()
 	}
-	replay := x.replayable(up != nil)
+	replay := x.replayable(!up.rewindable())
 	walk := newWalk(s, x.entry)
 	for {
 		b := walk.next()
@@ -102,20 +109,26 @@ func (x *h2Req) forwardBytes() {
 		if !client {
 			o = classifyUpstream(err)
 		}
-		if walk.missed(o, err, up == nil || !up.took.Load()) {
+		if walk.missed(o, err, !up.taken()) {
 			continue
 		}
-		if o == outcomeClientGone {
-			x.st.Reset(http2.ErrCodeCancel)
-		} else {
-			x.answer(o)
-		}
+		x.fail(o)
 		return
 	}
 }
 
+// fail answers o to a request that failed without an answer from its target:
+// nothing when the client went away (the stream is reset, if it was not already).
+func (x *h2Req) fail(o outcome) {
+	if o == outcomeClientGone {
+		x.st.Reset(http2.ErrCodeCancel)
+	} else {
+		x.answer(o)
+	}
+}
+
 // replayable applies upstream.Replayable to the request.
-func (x *h2Req) replayable(hasBody bool) bool {
+func (x *h2Req) replayable(streamed bool) bool {
 	keyed := false
 	for i := range x.rq.Fields {
 		if upstream.IdempotencyKey(x.rq.Fields[i].Name) {
@@ -123,7 +136,7 @@ func (x *h2Req) replayable(hasBody bool) bool {
 			break
 		}
 	}
-	return upstream.Replayable(x.rq.Method, hasBody, keyed)
+	return upstream.Replayable(x.rq.Method, streamed, keyed)
 }
 
 // nameBytes is a field name as bytes, without copying (never written to).

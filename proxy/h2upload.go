@@ -14,7 +14,9 @@ import (
 )
 
 // uploader sends a request's body to the target while the byte-level exchange
-// (exchange.go) waits for the answer: as it comes, with the client's flow control (or
+// (exchange.go) waits for the answer: first what the core held of it before the target
+// was chosen (holdBody, bodybuf.go: all of a body that ended within
+// Config.RequestBuffer), then the rest as it comes, with the client's flow control (or
 // TCP's) as the back-pressure (an HTTP/2 stream returns window only for bytes read),
 // framed as the head said: as it is under Content-Length, or chunked, trailers included.
 // It reads the body from a bodySource: the own HTTP/2 engine's stream (h2Body) or
@@ -23,10 +25,10 @@ import (
 // forwarding goroutine, which waits for it (end) before the target connection is pooled,
 // closed or tried again.
 //
-// With Expect: 100-continue it reads nothing from the client until the target said
-// 100, or a second passed (as net/http's transport waits); a final answer that comes
-// first means the body is not sent at all. The stream sends the client its own 100 at
-// the first Read.
+// With Expect: 100-continue and a body that was not held (holdBody says when), it reads
+// nothing from the client until the target said 100, or a second passed (as net/http's
+// transport waits); a final answer that comes first means the body is not sent at all.
+// The stream sends the client its own 100 at the first Read.
 type uploader struct {
 	src     bodySource
 	chunked bool
@@ -38,12 +40,19 @@ type uploader struct {
 	length  int64
 	sent    int64
 	allSent atomic.Bool
+	// The body's start, read before a target was chosen (holdBody, bodybuf.go): heldN
+	// bytes in held's buffers (holdRoom each, after chunkPre bytes of room), all of the
+	// body when whole. They go out first, on every attempt.
+	held    []*[copyBufSize]byte
+	holdArr [4]*[copyBufSize]byte // held's first buffers, without an allocation
+	heldN   int64
+	whole   bool
 
 	uc   *upstream.Conn
 	cont chan struct{} // closed when the body may go (expect); by the forwarding goroutine only
 	skip atomic.Bool   // the final answer came first: send nothing
 	done chan struct{} // closed when run returns
-	took atomic.Bool   // a body byte was read from the client
+	took atomic.Bool   // a body byte was read from the client beyond what is held
 	// Set before done closes:
 	clientErr error // reading the client's body failed (not CloseRead)
 	complete  bool  // the whole body, and its end, went out
@@ -128,31 +137,29 @@ func (u *uploader) run() {
 			return
 		}
 	}
+	// What was held before the target was chosen goes first.
+	for i, b := range u.held {
+		n := int(min(u.heldN-int64(i)*holdRoom, holdRoom))
+		if n <= 0 {
+			break // a buffer taken for a read that brought only the end
+		}
+		if !u.send(b[:], n) {
+			return
+		}
+	}
+	if u.whole {
+		u.finish()
+		return
+	}
 	bp := bufPool.Get().(*[copyBufSize]byte)
 	defer bufPool.Put(bp)
-	// Room for a chunk's size line before the data and its CRLF after.
-	const pre = 18
 	buf := bp[:]
-	data := buf[pre : len(buf)-2]
+	data := buf[chunkPre : len(buf)-2]
 	for {
 		n, err := u.src.Read(data)
 		if n > 0 {
 			u.took.Store(true)
-			out := data[:n]
-			if u.chunked {
-				size := strconv.AppendInt(buf[:0:pre], int64(n), 16)
-				at := pre - len(size) - 2
-				copy(buf[at:], size)
-				buf[pre-2], buf[pre-1] = '\r', '\n'
-				buf[pre+n], buf[pre+n+1] = '\r', '\n'
-				out = buf[at : pre+n+2]
-			}
-			if _, werr := u.uc.Write(out); werr != nil {
-				return // the target stopped taking it; the answer, if any, says why
-			}
-			if u.sent += int64(n); !u.chunked && u.length >= 0 && u.sent >= u.length {
-				u.allSent.Store(true) // the whole body went out: nothing more to read
-				u.complete = true
+			if !u.send(buf, n) {
 				return
 			}
 		}
@@ -168,6 +175,31 @@ func (u *uploader) run() {
 			return
 		}
 	}
+}
+
+// send writes the n body bytes at buf[chunkPre:] to the target, framed in place as a
+// chunk when the body goes chunked. It reports whether the upload goes on: not when the
+// target stopped taking it (the answer, if any, says why), nor once the stated length
+// went out whole.
+func (u *uploader) send(buf []byte, n int) bool {
+	out := buf[chunkPre : chunkPre+n]
+	if u.chunked {
+		size := strconv.AppendInt(buf[:0:chunkPre], int64(n), 16)
+		at := chunkPre - len(size) - 2
+		copy(buf[at:], size)
+		buf[chunkPre-2], buf[chunkPre-1] = '\r', '\n'
+		buf[chunkPre+n], buf[chunkPre+n+1] = '\r', '\n'
+		out = buf[at : chunkPre+n+2]
+	}
+	if _, werr := u.uc.Write(out); werr != nil {
+		return false
+	}
+	if u.sent += int64(n); !u.chunked && u.length >= 0 && u.sent >= u.length {
+		u.allSent.Store(true) // the whole body went out: nothing more to read
+		u.complete = true
+		return false
+	}
+	return true
 }
 
 // finish ends the body: nothing more under Content-Length; the last chunk and the

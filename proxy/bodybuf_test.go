@@ -1,0 +1,323 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+func withRequestBuffer(n int64) func(*Config) {
+	return func(c *Config) { c.RequestBuffer = n }
+}
+
+// byteTarget is a raw HTTP/1.1 target that keeps every byte it received, per
+// connection, and answers "ok" to each request it could read whole.
+type byteTarget struct {
+	addr     string
+	accepted atomic.Int32
+	mu       sync.Mutex
+	got      []*bytes.Buffer // per connection, in the order their goroutines started
+}
+
+func newByteTarget(t *testing.T) *byteTarget {
+	rt := &byteTarget{}
+	rt.addr = rawServer(t, func(c net.Conn) {
+		rt.accepted.Add(1)
+		var b bytes.Buffer
+		rt.mu.Lock()
+		rt.got = append(rt.got, &b)
+		rt.mu.Unlock()
+		br := bufio.NewReader(io.TeeReader(c, lockedWriter{&rt.mu, &b}))
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if _, err := io.Copy(io.Discard, req.Body); err != nil {
+				return
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	return rt
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// received is what each connection brought so far.
+func (rt *byteTarget) received() []string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var s []string
+	for _, b := range rt.got {
+		s = append(s, b.String())
+	}
+	return s
+}
+
+// onlySentinel sends a GET for /sentinel through the proxy at addr (plain HTTP/1.1),
+// waits until the target has it, and then fails t unless it was all the target ever
+// received: one connection, starting with the sentinel's head. A request that had been
+// sent to the target before (a cut body's head) came on a connection of its own, which
+// its failure closed.
+func (rt *byteTarget) onlySentinel(t *testing.T, addr, host string) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /sentinel HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the sentinel request: %v %v", res, err)
+	}
+	res.Body.Close()
+	got := rt.received()
+	if n := rt.accepted.Load(); n != 1 || len(got) != 1 || !strings.HasPrefix(got[0], "GET /sentinel ") {
+		t.Fatalf("the target accepted %d connections and received %q; want only the sentinel", n, got)
+	}
+	if strings.Contains(got[0], "/bad") {
+		t.Fatalf("the malformed request reached the target: %q", got[0])
+	}
+}
+
+// malformedChunked is a 4 KiB chunked body whose chunk size line in the middle is not
+// hexadecimal.
+func malformedChunked() string {
+	var b strings.Builder
+	chunk := strings.Repeat("x", 500)
+	for i := 0; i < 8; i++ {
+		if i == 4 {
+			b.WriteString("zz\r\n" + chunk + "\r\n")
+			continue
+		}
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", len(chunk), chunk)
+	}
+	b.WriteString("0\r\n\r\n")
+	return b.String()
+}
+
+// TestHeldBodyMalformedChunkedNeverReachesTarget: a 4 KiB chunked body with a broken
+// size line in the middle is answered 400 (and the connection closed) before any target
+// saw the request, on the fast path's listener (which hands chunked bodies to net/http),
+// on net/http alone, and over TLS.
+func TestHeldBodyMalformedChunkedNeverReachesTarget(t *testing.T) {
+	head := "POST /bad HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for _, tc := range []struct {
+		name  string
+		h1Off bool
+		tls   bool
+	}{{"fast path", false, false}, {"net/http", true, false}, {"fast path over TLS", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, withH1OffIf(tc.h1Off))
+			rt := newByteTarget(t)
+			host := "app.example.test"
+			e.tlsRoute(host, rt.addr)
+			var c net.Conn = dialRaw(t, e.http)
+			if tc.tls {
+				c = tls.Client(dialRaw(t, e.https), &tls.Config{InsecureSkipVerify: true, ServerName: host, NextProtos: []string{"http/1.1"}})
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(c, fmt.Sprintf(head, host)+malformedChunked()); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusBadRequest || !res.Close {
+				t.Fatalf("status %d, close %v: want 400 and the connection closed", res.StatusCode, res.Close)
+			}
+			rt.onlySentinel(t, e.http, host)
+			if f := e.stat(host).BackendFailures; f.Request+f.Connect != 0 {
+				t.Errorf("backend failures %+v, want none: the client's body was at fault", f)
+			}
+		})
+	}
+}
+
+// TestHeldBodyH2LengthMismatchNeverReachesTarget: an HTTP/2 body shorter or longer than
+// its content-length is a malformed request (RFC 9113 §8.1.1): its stream is reset with
+// PROTOCOL_ERROR, and no target saw it.
+func TestHeldBodyH2LengthMismatchNeverReachesTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		length int
+		send   int
+	}{{"shorter", 4096, 2048}, {"longer", 1024, 2048}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			rt := newByteTarget(t)
+			e.apply([]routeSpec{{host: h1Host, backends: []string{rt.addr}}})
+			fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", h1Host}, {":path", "/bad"},
+				{"content-length", strconv.Itoa(tc.length)}}
+			_, fr := h2Open(t, e.http, false, fields...)
+			_ = fr.WriteData(1, false, bytes.Repeat([]byte("x"), tc.send/2))
+			_ = fr.WriteData(1, true, bytes.Repeat([]byte("x"), tc.send/2))
+			status, _, rst := h2Await(t, fr, true)
+			if status != "" || rst != http2.ErrCodeProtocol {
+				t.Fatalf("status %q, reset %v: want the stream reset with PROTOCOL_ERROR", status, rst)
+			}
+			rt.onlySentinel(t, e.http, h1Host)
+		})
+	}
+}
+
+// TestHeldBodyH3ShortNeverReachesTarget: an HTTP/3 body shorter than its content-length
+// is answered 400 before any target saw it.
+func TestHeldBodyH3ShortNeverReachesTarget(t *testing.T) {
+	e := newEnv(t, withHTTP3)
+	rt := newByteTarget(t)
+	host := "app.example.test"
+	e.tlsRoute(host, rt.addr)
+	c, _ := e.h3Client()
+	req, _ := http.NewRequest("POST", "https://"+host+"/bad", strings.NewReader(strings.Repeat("x", 2048)))
+	req.ContentLength = 4096 // the client sends 2048 bytes and ends the stream
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400", res.StatusCode)
+	}
+	rt.onlySentinel(t, e.http, host)
+}
+
+// TestHeldBodyStalls408: a body that stalls while it is held is answered 408 under
+// ClientBodyTimeout's rule, and no target saw it.
+func TestHeldBodyStalls408(t *testing.T) {
+	e := newEnv(t, withH1Off, func(c *Config) { c.ClientBodyTimeout = 300 * time.Millisecond })
+	rt := newByteTarget(t)
+	e.apply([]routeSpec{{host: h1Host, backends: []string{rt.addr}}})
+	c := dialRaw(t, e.http)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "POST /bad HTTP/1.1\r\nHost: %s\r\nContent-Length: 100\r\n\r\nonly this", h1Host)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout || !res.Close {
+		t.Fatalf("status %d, close %v: want 408 and the connection closed", res.StatusCode, res.Close)
+	}
+	rt.onlySentinel(t, e.http, h1Host)
+}
+
+// pausingTarget reads one request and tells reached when it has received at least mark
+// bytes of its body, then answers with how many it received in all.
+func pausingTarget(t *testing.T, mark int64, reached chan<- struct{}) string {
+	return rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		var n int64
+		buf := make([]byte, 32<<10)
+		told := false
+		for {
+			k, err := req.Body.Read(buf)
+			n += int64(k)
+			if n >= mark && !told {
+				told = true
+				close(reached)
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return
+			}
+		}
+		body := strconv.FormatInt(n, 10)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	})
+}
+
+// pausedBody yields first, then waits for go on before it yields the rest.
+type pausedBody struct {
+	first, rest int
+	goOn        <-chan struct{}
+	waited      bool
+}
+
+func (b *pausedBody) Read(p []byte) (int, error) {
+	if b.first > 0 {
+		n := min(len(p), b.first)
+		b.first -= n
+		return n, nil
+	}
+	if !b.waited {
+		select {
+		case <-b.goOn:
+		case <-time.After(10 * time.Second):
+			return 0, fmt.Errorf("the target never got the first part while the client waited")
+		}
+		b.waited = true
+	}
+	if b.rest == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), b.rest)
+	b.rest -= n
+	return n, nil
+}
+
+// TestHeldBodyLargeUploadStreams: a 1 MiB upload streams once the bound is held: a client
+// that pauses after 128 KiB (until the target says it has them) completes, on every
+// front-end that holds bodies.
+func TestHeldBodyLargeUploadStreams(t *testing.T) {
+	const size, pause = 1 << 20, 128 << 10
+	e := newEnv(t, withHTTP3)
+	h3c, _ := e.h3Client()
+	for _, tc := range []struct {
+		name string
+		c    *http.Client
+		url  string
+	}{
+		{"HTTP/1.1", &http.Client{Timeout: 20 * time.Second}, "http://" + e.http + "/up"},
+		{"h2c", e.h2cClient(), "http://" + e.http + "/up"},
+		{"HTTP/3", h3c, "https://app.example.test/up"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reached := make(chan struct{})
+			e.tlsRoute("app.example.test", pausingTarget(t, pause, reached))
+			req, _ := http.NewRequest("POST", tc.url, &pausedBody{first: pause, rest: size - pause, goOn: reached})
+			req.Host = "app.example.test"
+			req.ContentLength = size
+			res, err := tc.c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || string(b) != strconv.Itoa(size) {
+				t.Fatalf("status %d, the target got %q bytes; want 200 and %d", res.StatusCode, b, size)
+			}
+		})
+	}
+}
