@@ -215,6 +215,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		MaxHeaderBytes:        o.MaxHeaderBytes,
 		ClientBodyTimeout:     o.ClientBodyTimeout,
 		ClientSendTimeout:     o.ClientSendTimeout,
+		RequestBuffer:         o.requestBuffer(),
 		AccessLog:             access,
 		PublicHTTPSPort:       o.PublicHTTPSPort,
 		GetCertificate:        in.acmeGetCertificate(),
