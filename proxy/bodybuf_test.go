@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,11 +16,30 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/net/http2"
 )
 
 func withRequestBuffer(n int64) func(*Config) {
 	return func(c *Config) { c.RequestBuffer = n }
+}
+
+func withAccessLog(logs **observer.ObservedLogs) func(*Config) {
+	return func(c *Config) {
+		core, l := observer.New(zap.InfoLevel)
+		c.AccessLog = zap.New(core)
+		*logs = l
+	}
+}
+
+// loggedStatuses waits for n access log lines and returns their statuses, sorted.
+func loggedStatuses(t *testing.T, logs *observer.ObservedLogs, n int) []int {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d access log lines", n), func() bool { return logs.Len() >= n })
+	s := statuses(logs)
+	slices.Sort(s)
+	return s
 }
 
 // byteTarget is a raw HTTP/1.1 target that keeps every byte it received, per
@@ -161,7 +181,7 @@ func TestHeldBodyMalformedChunkedNeverReachesTarget(t *testing.T) {
 
 // TestHeldBodyH2LengthMismatchNeverReachesTarget: an HTTP/2 body shorter or longer than
 // its content-length is a malformed request (RFC 9113 §8.1.1): its stream is reset with
-// PROTOCOL_ERROR, and no target saw it.
+// PROTOCOL_ERROR, no target saw it, and it is recorded as the 400 it would have got.
 func TestHeldBodyH2LengthMismatchNeverReachesTarget(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -169,7 +189,8 @@ func TestHeldBodyH2LengthMismatchNeverReachesTarget(t *testing.T) {
 		send   int
 	}{{"shorter", 4096, 2048}, {"longer", 1024, 2048}} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
+			var logs *observer.ObservedLogs
+			e := newEnv(t, withAccessLog(&logs))
 			rt := newByteTarget(t)
 			e.apply([]routeSpec{{host: h1Host, backends: []string{rt.addr}}})
 			fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", h1Host}, {":path", "/bad"},
@@ -182,6 +203,12 @@ func TestHeldBodyH2LengthMismatchNeverReachesTarget(t *testing.T) {
 				t.Fatalf("status %q, reset %v: want the stream reset with PROTOCOL_ERROR", status, rst)
 			}
 			rt.onlySentinel(t, e.http, h1Host)
+			if got := loggedStatuses(t, logs, 2); !slices.Equal(got, []int{200, 400}) {
+				t.Errorf("access log statuses %v, want the sentinel's 200 and a 400", got)
+			}
+			if f := e.stat(h1Host).BackendFailures; f.Request+f.Connect != 0 {
+				t.Errorf("backend failures %+v, want none: the client's body was at fault", f)
+			}
 		})
 	}
 }
@@ -189,7 +216,8 @@ func TestHeldBodyH2LengthMismatchNeverReachesTarget(t *testing.T) {
 // TestHeldBodyH3ShortNeverReachesTarget: an HTTP/3 body shorter than its content-length
 // is answered 400 before any target saw it.
 func TestHeldBodyH3ShortNeverReachesTarget(t *testing.T) {
-	e := newEnv(t, withHTTP3)
+	var logs *observer.ObservedLogs
+	e := newEnv(t, withHTTP3, withAccessLog(&logs))
 	rt := newByteTarget(t)
 	host := "app.example.test"
 	e.tlsRoute(host, rt.addr)
@@ -205,6 +233,9 @@ func TestHeldBodyH3ShortNeverReachesTarget(t *testing.T) {
 		t.Fatalf("status %d, want 400", res.StatusCode)
 	}
 	rt.onlySentinel(t, e.http, host)
+	if got := loggedStatuses(t, logs, 2); !slices.Equal(got, []int{200, 400}) {
+		t.Errorf("access log statuses %v, want the sentinel's 200 and a 400", got)
+	}
 }
 
 // TestHeldBodyStalls408: a body that stalls while it is held is answered 408 under

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"sync"
@@ -118,11 +119,16 @@ func (x *h2Req) forwardBytes() {
 }
 
 // fail answers o to a request that failed without an answer from its target:
-// nothing when the client went away (the stream is reset, if it was not already).
+// nothing when the client went away (the stream is reset, if it was not already), nor
+// to a body the engine found malformed (it reset the stream with PROTOCOL_ERROR, RFC
+// 9113 §8.1.1): that one is recorded as the 400 it would have got.
 func (x *h2Req) fail(o outcome) {
-	if o == outcomeClientGone {
+	switch {
+	case o == outcomeClientGone:
 		x.st.Reset(http2.ErrCodeCancel)
-	} else {
+	case x.up != nil && errors.Is(x.up.clientErr, h2.ErrMalformedBody):
+		x.status = o.status()
+	default:
 		x.answer(o)
 	}
 }

@@ -257,6 +257,8 @@ func (b *h2Body) failure(err error) outcome {
 	switch {
 	case errors.Is(err, h2.ErrBodyTimeout):
 		return outcomeBodyTimeout
+	case errors.Is(err, h2.ErrMalformedBody):
+		return outcomeClientBody // the engine reset the stream (PROTOCOL_ERROR)
 	case errors.Is(err, h2.ErrStreamReset), errors.Is(err, h2.ErrConnClosed):
 		return outcomeClientGone
 	}
