@@ -352,3 +352,74 @@ func TestHeldBodyLargeUploadStreams(t *testing.T) {
 		})
 	}
 }
+
+// staleTarget answers each connection's first request with its body, then reads a byte
+// of the next one and closes without answering: a keep-alive connection the target
+// closed just as it was reused.
+func staleTarget(t *testing.T) string {
+	return rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		_, _ = br.ReadByte()
+	})
+}
+
+// TestHeldBodyReplayedOnStaleConnection: a request whose body was held whole is sent
+// again, body included, when the pooled target connection it went out on turns out
+// dead, if its method or an idempotency key allows it (upstream.Replayable), on every
+// front-end; a POST without a key is not.
+func TestHeldBodyReplayedOnStaleConnection(t *testing.T) {
+	e := newEnv(t, withHTTP3)
+	h3c, _ := e.h3Client()
+	const host, body = "app.example.test", "hello world"
+	for _, tc := range []struct {
+		name    string
+		c       *http.Client
+		url     string
+		chunked bool
+		keyed   bool
+	}{
+		{"fast path", &http.Client{Timeout: 10 * time.Second}, "http://" + e.http + "/up", false, true},
+		{"HTTP/1.1 chunked on net/http", &http.Client{Timeout: 10 * time.Second}, "http://" + e.http + "/up", true, true},
+		{"h2c", e.h2cClient(), "http://" + e.http + "/up", false, true},
+		{"HTTP/3", h3c, "https://" + host + "/up", false, true},
+		{"h2c without a key", e.h2cClient(), "http://" + e.http + "/up", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.tlsRoute(host, staleTarget(t))
+			for i := range 2 {
+				var rd io.Reader = strings.NewReader(body)
+				if tc.chunked {
+					rd = io.MultiReader(rd) // no length known: sent chunked
+				}
+				req, _ := http.NewRequest("POST", tc.url, rd)
+				req.Host = host
+				if tc.keyed {
+					req.Header.Set("Idempotency-Key", "k"+strconv.Itoa(i))
+				}
+				res, err := tc.c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				switch {
+				case i == 0 || tc.keyed:
+					if res.StatusCode != 200 || string(b) != body {
+						t.Fatalf("request %d: %d %q, want 200 and the body sent again", i, res.StatusCode, b)
+					}
+				case res.StatusCode != http.StatusBadGateway:
+					t.Fatalf("request %d without a key: %d, want 502 (not sent again)", i, res.StatusCode)
+				}
+			}
+		})
+	}
+}
