@@ -353,22 +353,27 @@ func TestHeldBodyLargeUploadStreams(t *testing.T) {
 	}
 }
 
-// staleTarget answers each connection's first request with its body, then reads a byte
-// of the next one and closes without answering: a keep-alive connection the target
-// closed just as it was reused.
-func staleTarget(t *testing.T) string {
+// bodyEchoTarget answers requests with their bodies. With stale, it answers only each
+// connection's first one, then reads a byte of the next and closes without answering: a
+// keep-alive connection the target closed just as it was reused.
+func bodyEchoTarget(t *testing.T, stale bool) string {
 	return rawServer(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			if stale {
+				_, _ = br.ReadByte()
+				return
+			}
 		}
-		body, err := io.ReadAll(req.Body)
-		if err != nil {
-			return
-		}
-		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-		_, _ = br.ReadByte()
 	})
 }
 
@@ -394,8 +399,12 @@ func TestHeldBodyReplayedOnStaleConnection(t *testing.T) {
 		{"h2c without a key", e.h2cClient(), "http://" + e.http + "/up", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e.tlsRoute(host, staleTarget(t))
+			addr := bodyEchoTarget(t, true)
+			e.tlsRoute(host, addr)
 			for i := range 2 {
+				if i == 1 {
+					waitFor(t, "the target connection pooled", func() bool { return e.srv.up.Idle(addr) == 1 })
+				}
 				var rd io.Reader = strings.NewReader(body)
 				if tc.chunked {
 					rd = io.MultiReader(rd) // no length known: sent chunked
@@ -419,6 +428,68 @@ func TestHeldBodyReplayedOnStaleConnection(t *testing.T) {
 				case res.StatusCode != http.StatusBadGateway:
 					t.Fatalf("request %d without a key: %d, want 502 (not sent again)", i, res.StatusCode)
 				}
+			}
+		})
+	}
+}
+
+// slowBody yields first, waits pause, then yields rest: a client whose body takes longer
+// than the target's header timeout to arrive, within the held bound.
+type slowBody struct {
+	first, rest []byte
+	pause       time.Duration
+	paused      bool
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if len(b.first) > 0 {
+		n := copy(p, b.first)
+		b.first = b.first[n:]
+		return n, nil
+	}
+	if !b.paused {
+		b.paused = true
+		time.Sleep(b.pause) // the client's pace, not a wait for an event
+	}
+	if len(b.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.rest)
+	b.rest = b.rest[n:]
+	return n, nil
+}
+
+// TestHeldBodyHeaderTimeoutStartsAfterBody: the time a body takes to arrive while it is
+// held does not count against the target's header timeout, which starts once the body
+// went out.
+func TestHeldBodyHeaderTimeoutStartsAfterBody(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	e := newEnv(t, withHTTP3, func(c *Config) { c.ResponseHeaderTimeout = timeout })
+	h3c, _ := e.h3Client()
+	const host = "app.example.test"
+	e.tlsRoute(host, bodyEchoTarget(t, false))
+	for _, tc := range []struct {
+		name string
+		c    *http.Client
+		url  string
+	}{
+		{"HTTP/1.1 on net/http", &http.Client{Timeout: 10 * time.Second}, "http://" + e.http + "/up"},
+		{"h2c", e.h2cClient(), "http://" + e.http + "/up"},
+		{"HTTP/3", h3c, "https://" + host + "/up"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			half := bytes.Repeat([]byte("x"), 5000)
+			req, _ := http.NewRequest("POST", tc.url, &slowBody{first: half, rest: half, pause: 3 * timeout})
+			req.Host = host
+			req.ContentLength = int64(2 * len(half))
+			res, err := tc.c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || len(b) != 2*len(half) {
+				t.Fatalf("%d, %d bytes back: want 200 and the body (the header timeout ran while the body came)", res.StatusCode, len(b))
 			}
 		})
 	}

@@ -34,12 +34,14 @@ type uploader struct {
 	chunked bool
 	expect  bool
 	stopped atomic.Bool // end stopped the body's reading: a failed Read is no client error
-	// length is the body's stated length (-1: unknown); once that much went out (or the
-	// last chunk did) allSent is set, and end waits for the upload instead of stopping it:
-	// a target that answers as the last byte reaches it leaves its connection reusable.
-	length  int64
-	sent    int64
-	allSent atomic.Bool
+	// length is the body's stated length (-1: unknown). endWrite is set as the write
+	// that ends the body begins (the one that completes the stated length, or the last
+	// chunk); end then waits for it instead of stopping it (for lastWriteWait at most):
+	// a target that answers as the last byte reaches it (before the write has even
+	// returned) leaves its connection reusable.
+	length   int64
+	sent     int64
+	endWrite atomic.Bool
 	// The body's start, read before a target was chosen (holdBody, bodybuf.go): heldN
 	// bytes in held's buffers (holdRoom each, after chunkPre bytes of room), all of the
 	// body when whole. They go out first, on every attempt.
@@ -70,7 +72,7 @@ func (u *uploader) start(uc *upstream.Conn) {
 	u.done = make(chan struct{})
 	u.clientErr, u.complete = nil, false
 	u.sent = 0
-	u.allSent.Store(false)
+	u.endWrite.Store(false)
 	go u.run()
 }
 
@@ -108,20 +110,40 @@ func (u *uploader) running() bool {
 
 // end stops an upload still running (the exchange is over: the client's reading is
 // closed and the target connection closed, which ends a Read or Write in progress) and
-// waits for it. It reports whether the body went out whole, so that the connection may
-// be kept.
+// waits for it; an upload whose last write is under way is given lastWriteWait to end
+// by itself first. It reports whether the body went out whole over a connection it left
+// open, so that the connection may be kept.
 func (u *uploader) end(uc *upstream.Conn) bool {
 	if u == nil || u.done == nil {
 		return true
 	}
-	if u.running() && !u.allSent.Load() {
+	closed := false
+	if u.running() && !(u.endWrite.Load() && u.ended(lastWriteWait)) {
 		u.stopped.Store(true)
 		u.src.stop()
 		uc.Close()
+		closed = true
 		u.proceed()
 	}
 	<-u.done
-	return u.complete
+	return u.complete && !closed
+}
+
+// lastWriteWait is how long end lets the write that ends a body finish by itself: the
+// target answered, so it has normally taken the bytes already (a target that answers
+// early and reads no more fills its socket's buffers, and the write is stopped).
+const lastWriteWait = 100 * time.Millisecond
+
+// ended reports whether the upload ends within d.
+func (u *uploader) ended(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-u.done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (u *uploader) run() {
@@ -191,12 +213,16 @@ func (u *uploader) send(buf []byte, n int) bool {
 		buf[chunkPre+n], buf[chunkPre+n+1] = '\r', '\n'
 		out = buf[at : chunkPre+n+2]
 	}
+	last := !u.chunked && u.length >= 0 && u.sent+int64(n) >= u.length
+	if last {
+		u.endWrite.Store(true)
+	}
 	if _, werr := u.uc.Write(out); werr != nil {
 		return false
 	}
-	if u.sent += int64(n); !u.chunked && u.length >= 0 && u.sent >= u.length {
-		u.allSent.Store(true) // the whole body went out: nothing more to read
-		u.complete = true
+	u.sent += int64(n)
+	if last {
+		u.complete = true // the whole body went out: nothing more to read
 		return false
 	}
 	return true
@@ -221,8 +247,8 @@ func (u *uploader) finish() {
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, "\r\n"...)
+	u.endWrite.Store(true)
 	if _, err := u.uc.Write(b); err == nil {
-		u.allSent.Store(true)
 		u.complete = true
 	}
 }
