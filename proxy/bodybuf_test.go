@@ -464,7 +464,8 @@ func (b *slowBody) Read(p []byte) (int, error) {
 // went out.
 func TestHeldBodyHeaderTimeoutStartsAfterBody(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	e := newEnv(t, withHTTP3, func(c *Config) { c.ResponseHeaderTimeout = timeout })
+	var logs *observer.ObservedLogs // the access log: requests then have a start time of their own
+	e := newEnv(t, withHTTP3, withAccessLog(&logs), func(c *Config) { c.ResponseHeaderTimeout = timeout })
 	h3c, _ := e.h3Client()
 	const host = "app.example.test"
 	e.tlsRoute(host, bodyEchoTarget(t, false))
