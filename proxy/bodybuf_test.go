@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -17,6 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/qpack"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/net/http2"
@@ -233,6 +238,62 @@ func TestHeldBodyH3ShortNeverReachesTarget(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusBadRequest {
 		t.Fatalf("status %d, want 400", res.StatusCode)
+	}
+	rt.onlySentinel(t, e.http, host)
+	if got := loggedStatuses(t, logs, 2); !slices.Equal(got, []int{200, 400}) {
+		t.Errorf("access log statuses %v, want the sentinel's 200 and a 400", got)
+	}
+}
+
+// TestHeldBodyH3LongNeverReachesTarget: an HTTP/3 body longer than its content-length
+// is a malformed request (RFC 9114 §4.1.2): quic-go resets its stream with
+// H3_MESSAGE_ERROR once the held body is read past its length, and no target saw it.
+func TestHeldBodyH3LongNeverReachesTarget(t *testing.T) {
+	var logs *observer.ObservedLogs
+	e := newEnv(t, withHTTP3, withAccessLog(&logs))
+	rt := newByteTarget(t)
+	host := "app.example.test"
+	e.tlsRoute(host, rt.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	qc, err := quic.DialAddr(ctx, e.srv.HTTP3Addr().String(),
+		&tls.Config{InsecureSkipVerify: true, ServerName: host, NextProtos: []string{http3.NextProtoH3}}, &quic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = qc.CloseWithError(0, "") }()
+	// The client's control stream and SETTINGS, then a request stream written frame by
+	// frame: quic-go's own request writer sends no more than the length it states.
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	select {
+	case <-cc.ReceivedSettings():
+	case <-ctx.Done():
+		t.Fatal("no SETTINGS")
+	}
+	str, err := qc.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := qpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", host}, {":path", "/bad"}, {"content-length", "1024"}} {
+		_ = enc.WriteField(qpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	frames := quicvarint.Append(quicvarint.Append(nil, 0x1), uint64(hb.Len())) // HEADERS
+	frames = append(frames, hb.Bytes()...)
+	for range 2 { // two DATA frames: the first one alone is all the stated length
+		frames = quicvarint.Append(quicvarint.Append(frames, 0x0), 1024)
+		frames = append(frames, bytes.Repeat([]byte("x"), 1024)...)
+	}
+	if _, err := str.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	_ = str.Close()
+	_ = str.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(str)
+	var se *quic.StreamError
+	if !errors.As(err, &se) || se.ErrorCode != quic.StreamErrorCode(http3.ErrCodeMessageError) {
+		t.Fatalf("read %q, error %v: want the stream reset with H3_MESSAGE_ERROR; the target got %q", got, err, rt.received())
 	}
 	rt.onlySentinel(t, e.http, host)
 	if got := loggedStatuses(t, logs, 2); !slices.Equal(got, []int{200, 400}) {
