@@ -14,9 +14,11 @@ import (
 // body ends within it. A body that ends within the bound is whole, and its framing was
 // checked by the front-end's reader as it was read (net/http's chunked reader and its
 // Content-Length, the own HTTP/2 engine's and quic-go's checks of content-length
-// against the DATA received); one that fails is answered without any target having seen
-// it (400 for a malformed body, 408 when it stalled, nothing when the client left or
-// its protocol reset the stream). A larger body goes out as before, its held bytes
+// against the DATA received: a stated length is read past once, for the body's end,
+// trackedBody.readEnd); one that fails is answered without any target having seen it
+// (400 for a malformed body, 408 when it stalled, nothing when the client left; HTTP/2
+// and HTTP/3 reset the stream of a body that does not match its content-length, as
+// their RFCs say, and it is recorded as 400). A larger body goes out as before, its held bytes
 // first: the uploader (h2upload.go) sends what is held, then reads on from the client.
 //
 // Every front-end that sends a body through the uploader shares this (the own HTTP/2
