@@ -321,6 +321,52 @@ func TestHeldBodyStalls408(t *testing.T) {
 	rt.onlySentinel(t, e.http, h1Host)
 }
 
+// TestHeldBodyH2TrickleGets408: on the own HTTP/2 engine, a held body that sends a byte
+// every 50 ms (every wait shorter than ClientBodyTimeout, but no window delivers 1 KiB)
+// fails after about one window, and no target saw it: the client gets 408, or its
+// stream reset with CANCEL when the engine's wait ran out first (its rule for a stalled
+// body); the access log says 408 either way.
+func TestHeldBodyH2TrickleGets408(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	var logs *observer.ObservedLogs
+	e := newEnv(t, withAccessLog(&logs), func(c *Config) { c.ClientBodyTimeout = timeout })
+	rt := newByteTarget(t)
+	e.apply([]routeSpec{{host: h1Host, backends: []string{rt.addr}}})
+	fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", h1Host}, {":path", "/bad"},
+		{"content-length", "2000"}}
+	nc, fr := h2Open(t, e.http, false, fields...)
+	stop := make(chan struct{})
+	wf := http2.NewFramer(nc, nil) // the trickle's own: h2Await's framer answers SETTINGS meanwhile
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for range 1999 {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if err := wf.WriteData(1, false, []byte("x")); err != nil {
+				return
+			}
+		}
+	}()
+	defer close(stop)
+	start := time.Now()
+	_ = nc.SetReadDeadline(start.Add(5 * time.Second)) // the trickle alone would take 100 s
+	status, _, rst := h2Await(t, fr, false)
+	if status != "408" && !(status == "" && rst == http2.ErrCodeCancel) {
+		t.Fatalf("status %q, reset %v: want 408 or the stream reset with CANCEL", status, rst)
+	}
+	if d := time.Since(start); d < timeout {
+		t.Errorf("answered after %s, before a %s window ended", d, timeout)
+	}
+	rt.onlySentinel(t, e.http, h1Host)
+	if got := loggedStatuses(t, logs, 2); !slices.Equal(got, []int{200, 408}) {
+		t.Errorf("access log statuses %v, want the sentinel's 200 and a 408", got)
+	}
+}
+
 // pausingTarget reads one request and tells reached when it has received at least mark
 // bytes of its body, then answers with how many it received in all.
 func pausingTarget(t *testing.T, mark int64, reached chan<- struct{}) string {

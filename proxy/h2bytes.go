@@ -35,6 +35,7 @@ type h2Work struct {
 	kinds  [32]uint8 // lf's kinds, for requests with up to 32 fields
 	target []byte    // the request-target, escaped as it goes
 	body   uploader  // the request body's, when it has one
+	h2b    h2Body    // the own engine's stream as body's source
 	// net/http's front-ends only (forward.go):
 	hf   []hpack.HeaderField // the request's header, flattened
 	tb   trackedBody
@@ -45,6 +46,7 @@ type h2Work struct {
 // release puts w back in its pool, holding no request's header values.
 func (w *h2Work) release() {
 	w.body.release()
+	w.h2b = h2Body{}
 	w.reset()
 	clear(w.hf)
 	w.hf = w.hf[:0]
@@ -77,7 +79,14 @@ func (x *h2Req) forwardBytes() {
 		return
 	}
 	x.up = up
-	if o, failed := s.holdBody(up); failed {
+	if up != nil {
+		w.h2b.pace(true)
+	}
+	o, failed := s.holdBody(up)
+	if up != nil {
+		w.h2b.pace(false)
+	}
+	if failed {
 		// The body failed before any target saw the request (bodybuf.go).
 		x.err = up.clientErr
 		x.fail(o)
@@ -163,7 +172,8 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 	var up *uploader
 	if !rq.NoBody && rq.ContentLength != 0 {
 		up = &w.body
-		*up = uploader{src: (*h2Body)(x.st), length: rq.ContentLength}
+		w.h2b = h2Body{st: x.st, timeout: x.f.s.cfg.ClientBodyTimeout}
+		*up = uploader{src: &w.h2b, length: rq.ContentLength}
 	}
 	w.lf.fields = rq.Fields
 	w.lf.classify(w.kinds[:])

@@ -273,12 +273,50 @@ type bodySource interface {
 	failure(err error) outcome
 }
 
-// h2Body is the own HTTP/2 engine's stream as a bodySource.
-type h2Body h2.Stream
+// h2Body is the own HTTP/2 engine's stream as a bodySource. The engine bounds each wait
+// for the client (its BodyTimeout, Config.ClientBodyTimeout); while the body is held
+// (paced, holdBody), its reads go by ClientBodyTimeout's progress rule instead, as
+// bodyProgress enforces it on net/http's front-end: every window must deliver
+// bodyProgressBytes, counting only the time spent waiting for the client, so a body
+// that trickles in is answered 408 after one window rather than held for as long as
+// it keeps a byte coming.
+type h2Body struct {
+	st      *h2.Stream
+	paced   bool
+	timeout time.Duration // Config.ClientBodyTimeout
+	bytes   int64         // delivered in the current window
+	waited  time.Duration // spent waiting for the client in the current window
+}
 
-func (b *h2Body) Read(p []byte) (int, error)    { return (*h2.Stream)(b).Read(p) }
-func (b *h2Body) stop()                         { (*h2.Stream)(b).CloseRead() }
-func (b *h2Body) trailers() []hpack.HeaderField { return (*h2.Stream)(b).Trailers() }
+// pace turns the progress rule on (while the body is held) or off (the engine's own
+// bound again, for the rest of the upload).
+func (b *h2Body) pace(on bool) {
+	b.paced, b.bytes, b.waited = on, 0, 0
+	if !on {
+		b.st.SetBodyTimeout(b.timeout)
+	}
+}
+
+func (b *h2Body) Read(p []byte) (int, error) {
+	if !b.paced {
+		return b.st.Read(p)
+	}
+	left := b.timeout - b.waited
+	if left <= 0 {
+		return 0, h2.ErrBodyTimeout // the window ran out as the last read returned
+	}
+	b.st.SetBodyTimeout(left) // the engine resets the stream once it has waited that long
+	t0 := time.Now()
+	n, err := b.st.Read(p)
+	b.waited += time.Since(t0)
+	if b.bytes += int64(n); b.bytes >= bodyProgressBytes {
+		b.bytes, b.waited = 0, 0 // the next window starts
+	}
+	return n, err
+}
+
+func (b *h2Body) stop()                         { b.st.CloseRead() }
+func (b *h2Body) trailers() []hpack.HeaderField { return b.st.Trailers() }
 func (b *h2Body) failure(err error) outcome {
 	switch {
 	case errors.Is(err, h2.ErrBodyTimeout):
