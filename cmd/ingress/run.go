@@ -219,6 +219,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		ClientBodyTimeout:     o.ClientBodyTimeout,
 		ClientSendTimeout:     o.ClientSendTimeout,
 		TunnelIdleTimeout:     o.TunnelIdleTimeout,
+		RequestBuffer:         o.requestBuffer(),
 		AccessLog:             access,
 		PublicHTTPSPort:       o.PublicHTTPSPort,
 		GetCertificate:        in.acmeGetCertificate(),

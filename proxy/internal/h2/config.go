@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"time"
 )
@@ -138,6 +139,10 @@ const (
 var (
 	// ErrStreamReset: the stream was reset, by the client or by the engine.
 	ErrStreamReset = errors.New("h2: stream reset")
+	// ErrMalformedBody: the engine reset the stream with PROTOCOL_ERROR because its DATA
+	// did not add up to its content-length (a malformed request, RFC 9113 §8.1.1). It
+	// is an ErrStreamReset too (errors.Is).
+	ErrMalformedBody = fmt.Errorf("%w: its DATA differ from its content-length", ErrStreamReset)
 	// ErrConnClosed: the connection is gone.
 	ErrConnClosed = errors.New("h2: connection closed")
 	// ErrWriteStalled: the client kept the stream's window shut for WriteTimeout.
