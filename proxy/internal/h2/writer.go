@@ -155,7 +155,9 @@ func (c *Conn) writeLoop() {
 				putWriter(c.bw)
 				c.bw = nil
 			}
-			if c.closing {
+			if c.closing || c.parking && c.bw == nil {
+				// Ending, or the quiet connection parks (park.go): a writer is
+				// started again when there is something to write.
 				if c.bw != nil {
 					putWriter(c.bw) // flushed above
 					c.bw = nil
