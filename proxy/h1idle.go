@@ -5,12 +5,15 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 // Idle connections without a read buffer or a goroutine.
 //
-// A plain HTTP/1.1 connection that waited h1ParkAfter for its next request "parks": its
+// HTTP/2 connections (plain or TLS) park too, through the same parker: the engine parks
+// a connection without streams (proxy/internal/h2/park.go) and the fast path hands it to
+// the parker as below (h2serve.go). A plain HTTP/1.1 connection that waited h1ParkAfter for its next request "parks": its
 // serving goroutine puts the 8 KiB read buffer back into a pool, hands the connection to
 // the server's parker and ends. On Linux the parker (h1idle_linux.go) is one goroutine per
 // Server that waits on an epoll instance of its own for any parked connection to become
@@ -20,7 +23,7 @@ import (
 // connection then costs only its connection state (about 1 KiB; bench/README.md,
 // reliability/idle_test.go) instead of a buffer and a goroutine stack. Busy connections
 // never park: the hot path is unchanged except for a pooled buffer instead of an
-// allocated one. TLS connections do not park (crypto/tls may hold decrypted bytes that a
+// allocated one. TLS HTTP/1.1 connections do not park (crypto/tls may hold decrypted bytes that a
 // poll of the socket cannot see). Elsewhere than Linux nothing parks (h1idle_other.go).
 //
 // Ownership. A connection belongs to exactly one party at a time: its serving goroutine,
@@ -32,6 +35,48 @@ import (
 // descriptor number that the kernel hands to a later connection never meets a stale
 // registration. Nobody closes a parked connection without claiming it first (h1Set's
 // closeIdle and closeAll claim parked ones instead of closing them).
+
+// parkee is what the parker holds: a connection that waits for its client without a
+// goroutine or a buffer. The parker knows it by its socket (rawConn), its record
+// (parkRec: state, park number, descriptor) and its idle deadline, and gives it back
+// through unparked (readable) or endParked (its end, claimed). h1Conn is one, for the
+// plain HTTP/1.1 fast path and for the HTTP/2 engine's connections (h2serve.go).
+type parkee interface {
+	parkRec() *parkRec
+	rawConn() syscall.RawConn
+	// parkedDeadline is when the parker ends the connection for idleness.
+	parkedDeadline() time.Time
+	// unparked serves the connection on once it is readable, on a goroutine the parker
+	// started (the server's h1 wait group owns it).
+	unparked()
+	// endParked ends a connection its caller claimed (it is in state h1Closing):
+	// graceful (Shutdown's drain, the idle timeout) tells the client first where the
+	// protocol can (an HTTP/2 GOAWAY, sent from a goroutine of the h1 wait group);
+	// otherwise (the client hung up, closeNow, the parker stopping) it closes at once.
+	endParked(graceful bool)
+}
+
+// parkRec is the parker's record of a parkee. state is the connection's own state word:
+// the parker moves it from awake to h1Parked (park) and from h1Parked to awake (readable)
+// or h1Closing (claimed), under its lock; seq and fd are the parker's (under its lock).
+type parkRec struct {
+	state *atomic.Int32
+	awake int32 // h1Idle for an HTTP/1.1 connection, h1Active for an HTTP/2 one
+	seq   uint64
+	fd    int
+}
+
+// parkRec is c's record for the parker.
+func (c *h1Conn) parkRec() *parkRec { return &c.pr }
+
+// endParked ends c, which its caller claimed from the parker.
+func (c *h1Conn) endParked(graceful bool) {
+	if c.h2c != nil {
+		c.endParkedH2(graceful) // h2serve.go
+		return
+	}
+	c.finish(false)
+}
 
 // parkedTotal counts parks (tests watch it).
 var parkedTotal atomic.Int64
@@ -74,6 +119,10 @@ func (c *h1Conn) park() bool {
 // unparked serves a parked connection that became readable, on a goroutine the parker
 // started (and the server's h1 wait group owns).
 func (c *h1Conn) unparked() {
+	if c.h2c != nil {
+		c.resumeH2() // h2serve.go
+		return
+	}
 	c.rbuf = getReadBuf()
 	c.dlIdle = false // the next wait sets its deadline afresh
 	c.finish(c.loop())
@@ -81,4 +130,9 @@ func (c *h1Conn) unparked() {
 
 // parkedDeadline is when a parked connection's idle timeout ends: IdleTimeout after its
 // idle wait began, as if it had kept waiting on its goroutine.
-func (c *h1Conn) parkedDeadline() time.Time { return c.dlSetAt.Add(c.s.cfg.IdleTimeout) }
+func (c *h1Conn) parkedDeadline() time.Time {
+	if c.h2c != nil {
+		return c.h2c.IdleDeadline()
+	}
+	return c.dlSetAt.Add(c.s.cfg.IdleTimeout)
+}

@@ -15,6 +15,6 @@ func newParker(*Server) (*parker, error) { return nil, errors.New("proxy: cannot
 
 func (*parker) run()               {}
 func (*parker) stop()              {}
-func (*parker) park(*h1Conn) bool  { return false }
-func (*parker) claim(*h1Conn) bool { return false }
+func (*parker) park(parkee) bool  { return false }
+func (*parker) claim(parkee) bool { return false }
 func (*parker) parkedNow() int     { return 0 }

@@ -128,6 +128,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.in.r = c.nc
 	c.takeReader()
 	c.budget.clock = &c.in
+	c.budget.cut = c.cutFrame
 	c.budget.timeout = c.cfg.HeaderTimeout
 	c.hdec = hpack.NewDecoder(4096, c.emitField)
 	c.hdec.SetMaxStringLength(int(c.cfg.MaxHeaderBytes))

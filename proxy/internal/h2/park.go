@@ -96,6 +96,24 @@ func (c *Conn) idleDeadline(now time.Time) time.Time {
 	return end
 }
 
+// cutFrame is the budget reader's cut: a read deadline expired inside a frame. When the
+// connection is idle and its IdleTimeout not over, that deadline was only its wake-up to
+// park (or to drop its reusable streams): the frame goes on, the deadline moves to the
+// idle timeout's end, and the next frame boundary arms it afresh. A client that sends
+// half a frame and waits is ended by IdleTimeout as before, not by the wake-up.
+func (c *Conn) cutFrame() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	end := c.lastIdle.Add(c.cfg.IdleTimeout)
+	if c.slots > 0 || c.goingAway || c.dead || !now.Before(end) {
+		return false
+	}
+	_ = c.nc.SetReadDeadline(end)
+	c.dlSetAt = time.Time{} // renewed at the next frame boundary (armRead)
+	return true
+}
+
 // quiet reports whether the connection may park: no stream, nothing queued for the
 // writer, no frame or header block half read, nothing buffered, not ending (c.mu held).
 func (c *Conn) quiet() bool {
