@@ -55,6 +55,10 @@ type Conn struct {
 	wfr      *http2.Framer
 	henc     *hpack.Encoder
 	hbuf     bytes.Buffer
+	// encLimit is the client's SETTINGS_HEADER_TABLE_SIZE, when it sent one
+	// (encLimitSet): the bound of the encoder's table (newEncoder).
+	encLimit    uint32
+	encLimitSet bool
 	items    []item
 	batch    []*Stream // the streams with items in the batch being written (inBatch)
 	wdlSetAt time.Time
@@ -132,12 +136,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.budget.timeout = c.cfg.HeaderTimeout
 	c.hdec = hpack.NewDecoder(4096, c.emitField)
 	c.hdec.SetMaxStringLength(int(c.cfg.MaxHeaderBytes))
-	c.henc = hpack.NewEncoder(&c.hbuf)
-	if c.cfg.EncoderTableSize < defaultEncoderTable {
-		// Below the 4096 bytes RFC 7541 lets an encoder use without asking: the first
-		// header block carries the size update.
-		c.henc.SetMaxDynamicTableSize(uint32(max(c.cfg.EncoderTableSize, 0)))
-	}
+	c.henc = c.newEncoder(false)
 
 	// Our SETTINGS and the connection window go first, before the client's preface is
 	// even read (RFC 9113 §3.4 allows it).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // Parking: an idle connection without a goroutine or a buffer.
@@ -96,6 +97,32 @@ func (c *Conn) idleDeadline(now time.Time) time.Time {
 	return end
 }
 
+// newEncoder makes the response encoder: its dynamic table is Config.EncoderTableSize
+// at most, and the client's SETTINGS_HEADER_TABLE_SIZE. fresh makes its first header
+// block start by emptying the client's copy of the table (a size update to 0, then to
+// the size): a parked connection drops the encoder it had, and with it everything its
+// table held, which is up to 11 KB of entries, maps and the strings they keep
+// (TestEncoderTableCost); the answers after a park index their fields again, as on a
+// new connection. (A block may start with two size updates, the smallest first: RFC
+// 7541 §4.2.)
+func (c *Conn) newEncoder(fresh bool) *hpack.Encoder {
+	enc := hpack.NewEncoder(&c.hbuf)
+	size := uint32(max(c.cfg.EncoderTableSize, 0))
+	if c.encLimitSet {
+		enc.SetMaxDynamicTableSizeLimit(c.encLimit)
+		size = min(size, c.encLimit)
+	}
+	if fresh {
+		enc.SetMaxDynamicTableSize(0)
+	}
+	if fresh || size < defaultEncoderTable {
+		// Below the 4096 bytes RFC 7541 lets an encoder use without asking, or after
+		// the 0: the first header block carries the size update.
+		enc.SetMaxDynamicTableSize(size)
+	}
+	return enc
+}
+
 // cutFrame is the budget reader's cut: a read deadline expired inside a frame. When the
 // connection is idle and its IdleTimeout not over, that deadline was only its wake-up to
 // park (or to drop its reusable streams): the frame goes on, the deadline moves to the
@@ -158,6 +185,9 @@ func (c *Conn) parkConn() error {
 	// What a quiet connection needs no more goes; the next busy period grows it again.
 	c.wfr = nil
 	c.hbuf = bytes.Buffer{} // the encoder writes to &c.hbuf: same place, no buffer
+	// The response encoder's table goes too (newEncoder): the next answer's block
+	// empties the client's copy first.
+	c.henc = c.newEncoder(true)
 	c.items, c.batch, c.ctrl, c.ready, c.blocked = nil, nil, nil, nil, nil
 	c.hb.fields = nil
 	if c.streams != nil {

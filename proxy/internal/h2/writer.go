@@ -349,6 +349,7 @@ func (c *Conn) writeItem(it *item) error {
 		return fr.WriteSettings(s...)
 	case itSettingsAck:
 		if it.hasTable {
+			c.encLimit, c.encLimitSet = it.tableSize, true
 			c.henc.SetMaxDynamicTableSizeLimit(it.tableSize)
 		}
 		return fr.WriteSettingsAck()
