@@ -51,18 +51,18 @@ type Conn struct {
 	junk    bucket
 
 	// The writer's own state (writer.go).
-	bw       *bufio.Writer
-	wfr      *http2.Framer
-	henc     *hpack.Encoder
-	hbuf     bytes.Buffer
+	bw   *bufio.Writer
+	wfr  *http2.Framer
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
 	// encLimit is the client's SETTINGS_HEADER_TABLE_SIZE, when it sent one
 	// (encLimitSet): the bound of the encoder's table (newEncoder).
 	encLimit    uint32
 	encLimitSet bool
-	items    []item
-	batch    []*Stream // the streams with items in the batch being written (inBatch)
-	wdlSetAt time.Time
-	maxFrame uint32 // peerMaxFrame as of the batch being written
+	items       []item
+	batch       []*Stream // the streams with items in the batch being written (inBatch)
+	wdlSetAt    time.Time
+	maxFrame    uint32 // peerMaxFrame as of the batch being written
 
 	// Shared state, under mu.
 	mu       sync.Mutex
