@@ -292,7 +292,7 @@ func (c *h1Conn) finish(handoff bool) {
 	s := c.s
 	for c.h2Parked {
 		c.h2Parked = false
-		if c.pk.park(c) {
+		if !s.draining.Load() && c.pk.park(c) {
 			parkedTotal.Add(1)
 			return // the parker owns it now
 		}

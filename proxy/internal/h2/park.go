@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -219,6 +220,12 @@ func (c *Conn) Resume() error {
 		return errors.New("h2: Resume of a connection that is not parked")
 	}
 	c.parked = false
+	if c.dead {
+		// Closed while parked: only the teardown is left (the last writer has ended,
+		// no buffer or goroutine is needed).
+		c.mu.Unlock()
+		return c.end(net.ErrClosed)
+	}
 	if c.streams == nil {
 		c.streams = make(map[uint32]*Stream)
 	}
@@ -234,13 +241,6 @@ func (c *Conn) Resume() error {
 	}
 	c.mu.Unlock()
 	return c.run(c.readFrames())
-}
-
-// Parked reports whether the connection is parked.
-func (c *Conn) Parked() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.parked
 }
 
 // IdleDeadline is when an idle connection's IdleTimeout ends: a parked connection's
