@@ -117,7 +117,6 @@ func dialH2Peer(t testing.TB, e *env, useTLS bool, name string) *h2Peer {
 type h2Event struct {
 	status, body string
 	fields       map[string]string
-	pingAck      [8]byte
 	goaway       *http2.GoAwayFrame
 }
 
