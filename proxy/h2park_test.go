@@ -100,6 +100,12 @@ func dialH2Peer(t testing.TB, e *env, useTLS bool, name string) *h2Peer {
 		}
 		p.nc = c
 	}
+	return startH2Peer(t, p)
+}
+
+// startH2Peer sends p's preface and SETTINGS on p.nc.
+func startH2Peer(t testing.TB, p *h2Peer) *h2Peer {
+	t.Helper()
 	t.Cleanup(func() { p.nc.Close() })
 	p.fr = http2.NewFramer(p.nc, p.nc)
 	p.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -456,4 +462,85 @@ func TestH2ParkedWakeTogether(t *testing.T) {
 	if got := e.openH2(); got != int64(n) {
 		t.Fatalf("%d HTTP/2 connections counted open, want %d", got, n)
 	}
+}
+
+// segmentWriter holds what is written to its connection while holding, and writes it
+// in one call (one TCP segment on loopback) at release.
+type segmentWriter struct {
+	net.Conn
+	mu      sync.Mutex
+	holding bool
+	held    []byte
+}
+
+func (w *segmentWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.holding {
+		w.held = append(w.held, b...)
+		return len(b), nil
+	}
+	return w.Conn.Write(b)
+}
+
+func (w *segmentWriter) hold() {
+	w.mu.Lock()
+	w.holding = true
+	w.mu.Unlock()
+}
+
+func (w *segmentWriter) release() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.holding = false
+	_, err := w.Conn.Write(w.held)
+	w.held = nil
+	return err
+}
+
+// TestH2ParkedTLSTwoRecords: two TLS records in one segment to a parked HTTP/2
+// connection, three times: crypto/tls reads both from the socket at once and decrypts
+// one per Read, so the second is never announced by the socket again; both are
+// answered, and the connection parks again after.
+func TestH2ParkedTLSTwoRecords(t *testing.T) {
+	skipUnlessParking(t)
+	e := parkEnv(t)
+	raw, err := net.Dial("tcp", e.https)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &segmentWriter{Conn: raw}
+	tc := tls.Client(sw, &tls.Config{ServerName: h1Host, InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	p := startH2Peer(t, &h2Peer{t: t, name: "two-records", scheme: "https", host: h1Host, next: 1, nc: tc})
+	parks := parkedTotal.Load()
+	p.check(p.get("/first"), "/first")
+	waitParked(t, e, 1, parks+1)
+	for round := range 3 {
+		parks = parkedTotal.Load()
+		a, b := [8]byte{'a', byte(round)}, [8]byte{'b', byte(round)}
+		sw.hold()
+		if err := p.fr.WritePing(false, a); err != nil { // one record
+			t.Fatal(err)
+		}
+		if err := p.fr.WritePing(false, b); err != nil { // another
+			t.Fatal(err)
+		}
+		if err := sw.release(); err != nil {
+			t.Fatal(err)
+		}
+		acked := map[[8]byte]bool{}
+		if _, err := p.readUntil(func(f http2.Frame, _ *h2Event) bool {
+			if pf, ok := f.(*http2.PingFrame); ok && pf.IsAck() {
+				acked[pf.Data] = true
+			}
+			return acked[a] && acked[b]
+		}); err != nil {
+			t.Fatalf("round %d: the PINGs of two records in one segment: %v (acknowledged %v)", round, err, acked)
+		}
+		waitParked(t, e, 1, parks+1)
+	}
+	p.check(p.get("/after"), "/after")
 }
