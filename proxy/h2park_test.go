@@ -544,3 +544,86 @@ func TestH2ParkedTLSTwoRecords(t *testing.T) {
 	}
 	p.check(p.get("/after"), "/after")
 }
+
+// TestH2ParkedIdleTimeout: the parker ends a parked HTTP/2 connection at its idle
+// timeout (IdleTimeout after its last stream ended), not before, with a GOAWAY, and
+// counts it closed.
+func TestH2ParkedIdleTimeout(t *testing.T) {
+	skipUnlessParking(t)
+	const idle = h1ParkAfter + time.Second
+	e := newEnv(t, func(c *Config) { c.IdleTimeout = idle })
+	e.apply([]routeSpec{{host: h1Host, backends: []string{parkBackend(t)}}})
+	p := dialH2Peer(t, e, false, "idle")
+	parks := parkedTotal.Load()
+	p.check(p.get("/first"), "/first")
+	answered := time.Now()
+	waitParked(t, e, 1, parks+1)
+	// The wait ends when the proxy ends the connection: the event itself.
+	if err := p.goneAway(); err != nil {
+		t.Fatalf("the parked connection at its idle timeout: %v", err)
+	}
+	took := time.Since(answered)
+	// The parker checks in parkTick steps; the GOAWAY then waits for the engine's start.
+	if took < idle-100*time.Millisecond || took > idle+parkTick+2*time.Second {
+		t.Errorf("ended %s after the answer; the idle timeout is %s", took, idle)
+	}
+	testwait.Until(t, 5*time.Second, "the connection counted closed", func() bool { return e.openH2() == 0 && parkedOn(e.srv) == 0 })
+}
+
+// TestH2ParkedCloseRace: requests and PINGs that wake parked HTTP/2 connections race
+// with a Shutdown whose context has already ended (closeIdle, then closeAll): every
+// connection ends, none is left counted open or parked, and Serve returns. Run with
+// -race: the parker, the engine's goroutines and the closers share the connections.
+func TestH2ParkedCloseRace(t *testing.T) {
+	skipUnlessParking(t)
+	for round := range 3 {
+		e := parkEnv(t)
+		const n = 24
+		peers := make([]*h2Peer, n)
+		parks := parkedTotal.Load()
+		for i := range peers {
+			peers[i] = dialH2Peer(t, e, i%2 == 1, fmt.Sprintf("conn-%d", i))
+			peers[i].check(peers[i].get("/first"), "/first")
+		}
+		waitParked(t, e, n, parks+n)
+		var wg sync.WaitGroup
+		for i, p := range peers {
+			wg.Go(func() {
+				switch i % 3 {
+				case 0:
+					p.hb.Reset()
+					for _, f := range [][2]string{{":method", "GET"}, {":scheme", p.scheme}, {":authority", h1Host}, {":path", "/racing"}} {
+						_ = p.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+					}
+					_ = p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: p.next, BlockFragment: p.hb.Bytes(), EndStream: true, EndHeaders: true})
+				case 1:
+					_ = p.fr.WritePing(false, [8]byte{'r', 'a', 'c', 'e'})
+				}
+				// An answer or not, the connection must end: Shutdown closes it.
+				_ = p.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.Copy(io.Discard, p.nc); err != nil {
+					var ne interface{ Timeout() bool }
+					if errors.As(err, &ne) && ne.Timeout() {
+						t.Errorf("round %d connection %d still open after Shutdown", round, i)
+					}
+				}
+			})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = e.srv.Shutdown(ctx)
+		wg.Wait()
+		select {
+		case err := <-e.served:
+			if err != nil {
+				t.Fatalf("Serve: %v", err)
+			}
+			e.served <- nil // for the cleanup
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not return after Shutdown")
+		}
+		if got, p := e.openH2(), parkedOn(e.srv); got != 0 || p != 0 {
+			t.Fatalf("round %d: %d HTTP/2 connections counted open, %d parked after Shutdown; want 0", round, got, p)
+		}
+	}
+}
