@@ -434,7 +434,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	udp := s.h3.pc
 	tlsOn := s.httpsLn != nil
-	if canPark && s.httpLn != nil && s.cfg.IdleTimeout > h1ParkAfter {
+	if canPark && (s.httpLn != nil || s.httpsLn != nil) && s.cfg.IdleTimeout > h1ParkAfter {
 		pk, err := newParker(s)
 		if err != nil {
 			s.log.Warn("idle connections will not park", zap.Error(err))

@@ -430,7 +430,11 @@ func (c *Conn) releaseSlot() {
 		// timeout starts now.
 		c.dlSetAt, c.dlIdle = now, true
 		// Its free streams and parked workers (the last stream's worker parks right
-		// after this) go after reuseIdle.
-		_ = c.nc.SetReadDeadline(now.Add(min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)))
+		// after this) go after reuseIdle, or when it parks (park.go).
+		d := min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)
+		if c.cfg.ParkAfter > 0 {
+			d = min(d, c.cfg.ParkAfter)
+		}
+		_ = c.nc.SetReadDeadline(now.Add(d))
 	}
 }
