@@ -74,15 +74,15 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		// above our GOAWAY's last id, are ignored (lateframes.go); the block was
 		// decoded all the same, the HPACK table is in step.
 		if ignored, err := c.ignoreLate(id); ignored {
-			return err
+			return c.chargeHead(b, err)
 		}
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
 	}
 	c.maxSeen = id
 	if c.goingAway {
 		// Above the GOAWAY's last stream id: ignored, and charged as a frame that does
-		// no work (the block was decoded).
-		return c.spendJunk()
+		// no work (the block was decoded), an oversized one as a 431 would be.
+		return c.chargeHead(b, c.spendJunk())
 	}
 	if c.opened++; c.opened >= c.cfg.MaxStreams {
 		// The connection's last stream: served, and announced as the last one
@@ -91,10 +91,10 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		c.goAwayLocked(http2.ErrCodeNo)
 	}
 	if b.selfDep {
-		return c.refuse(id, http2.ErrCodeProtocol)
+		return c.chargeHead(b, c.refuse(id, http2.ErrCodeProtocol))
 	}
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
-		return c.refuse(id, http2.ErrCodeRefusedStream)
+		return c.chargeHead(b, c.refuse(id, http2.ErrCodeRefusedStream))
 	}
 	h := c.h
 	if b.truncated {
@@ -129,6 +129,18 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 	st.recvWin = c.cfg.StreamWindow
 	c.startStream(st)
 	return nil
+}
+
+// chargeHead adds to what refusing or ignoring the head of block b cost (err, the
+// verdict of that charge) the price of an oversized head (oversizeHeadResets), which is
+// its price when it is answered 431: the block was decoded all the same, and an HPACK
+// bomb must not become cheaper when the engine refuses it (MaxConcurrentStreams at work)
+// or ignores it (above a GOAWAY's last stream id, on a stream the engine reset).
+func (c *Conn) chargeHead(b *headerBlock, err error) error {
+	if err != nil || !b.truncated {
+		return err
+	}
+	return c.spendResets(oversizeHeadResets)
 }
 
 // oversizeHeadResets is what a request head over MaxHeaderBytes costs of the reset
