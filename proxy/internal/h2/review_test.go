@@ -2,8 +2,12 @@ package h2
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -96,4 +100,84 @@ func TestRefusedOversizeHeadsCharged(t *testing.T) {
 	}
 	h.free()
 	<-ts.served
+}
+
+// unservedConn returns an engine connection on loopback that Serve was not called for
+// yet, and the client's end of it.
+func unservedConn(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A long idle timeout: the connection must end because of the call, not of it.
+	return NewConn(nc, Config{IdleTimeout: time.Minute, ReadIdleTimeout: time.Minute}, echoHandler), client
+}
+
+// TestEndBeforeServe: Abort or Shutdown called after NewConn but before Serve (the
+// proxy registers a connection, where a penalty or a Shutdown may find it, before it
+// calls Serve) still starts the connection with the server preface, SETTINGS first
+// (RFC 9113 §3.4), then the GOAWAY, and ends it without waiting for an idle timeout.
+func TestEndBeforeServe(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(*Conn)
+		code http2.ErrCode
+		err  error
+	}{
+		{"Abort", (*Conn).Abort, http2.ErrCodeEnhanceYourCalm, errAborted},
+		{"Shutdown", (*Conn).Shutdown, http2.ErrCodeNo, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, client := unservedConn(t)
+			tc.end(c)
+			served := make(chan error, 1)
+			go func() { served <- c.Serve(context.Background()) }()
+			if _, err := client.Write([]byte(http2.ClientPreface)); err != nil {
+				t.Fatal(err)
+			}
+			fr := http2.NewFramer(client, client)
+			if err := fr.WriteSettings(); err != nil {
+				t.Fatal(err)
+			}
+			_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.(*http2.SettingsFrame); !ok {
+				t.Fatalf("the server's first frame is %v, want SETTINGS", f.Header().Type)
+			}
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("waiting for GOAWAY: %v", err)
+				}
+				if g, ok := f.(*http2.GoAwayFrame); ok {
+					if g.ErrCode != tc.code {
+						t.Fatalf("GOAWAY %v, want %v", g.ErrCode, tc.code)
+					}
+					break
+				}
+			}
+			select {
+			case err := <-served:
+				if !errors.Is(err, tc.err) && err != tc.err {
+					t.Fatalf("Serve: %v, want %v", err, tc.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Serve still running 10 s after the GOAWAY")
+			}
+		})
+	}
 }
