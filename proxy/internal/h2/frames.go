@@ -80,9 +80,10 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 	}
 	c.maxSeen = id
 	if c.goingAway {
-		// Above the GOAWAY's last stream id: ignored, and charged as a frame that does
-		// no work (the block was decoded), an oversized one as a 431 would be.
-		return c.chargeHead(b, c.spendJunk())
+		// Above the GOAWAY's last stream id: ignored, which is refusing it silently,
+		// and charged as a refused stream (the block was decoded), an oversized one as
+		// a 431 would be.
+		return c.chargeHead(b, c.spendReset())
 	}
 	if c.opened++; c.opened >= c.cfg.MaxStreams {
 		// The connection's last stream: served, and announced as the last one

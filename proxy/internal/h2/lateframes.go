@@ -16,6 +16,9 @@ package h2
 // Ignoring is not free for the client: the first frame ignored on a stream costs a reset
 // token (Config.ResetBurst), any further one a junk token (Config.JunkBurst: a body in
 // flight when its stream was reset is one DATA frame per 16 KiB, and each is charged).
+// A request above the last stream id of a GOAWAY we sent is ignored too, and costs a
+// reset token, as a stream refused for concurrency does (onHeaders): a browser has a
+// few in flight when the GOAWAY arrives, a client that goes on sending them is a flood.
 // A RST_STREAM from the client on a stream whose handler already returned, or that is
 // already closed, costs a reset token too (onReset), exactly as one that arrives while
 // the handler works: a flood of HEADERS, each followed by RST_STREAM once its answer

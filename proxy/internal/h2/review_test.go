@@ -181,3 +181,40 @@ func TestEndBeforeServe(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadersAfterGoAwayCharged: a request the client sends after our GOAWAY, above its
+// last stream id, is ignored and costs a reset token, as a stream refused for
+// concurrency does (it is refused, only silently): its head was decoded all the same,
+// and a client that keeps one stream open after reaching MaxStreams must not get heads
+// decoded at the junk budget's rate (burst 1000, 500 a second) instead of the reset
+// budget's (256, 100 a second). A browser has at most a few requests in flight when the
+// GOAWAY arrives.
+func TestHeadersAfterGoAwayCharged(t *testing.T) {
+	var log abuseLog
+	h := newStuck(t)
+	ts := startServer(t, Config{OnAbuse: log.onAbuse, MaxStreams: 1, ResetRate: 1}, h, false)
+	t.Cleanup(h.free) // before the server's cleanup, which waits for the handlers
+	p := newPeer(t, ts)
+	get(p, 1, true) // the last stream; its handler holds the connection open
+	waitFor(t, "the handler", func() bool { return h.running.Load() == 1 })
+	n := 2*128 + 1 // the default reset burst, and one more
+	var frames bytes.Buffer
+	fr := http2.NewFramer(&frames, nil)
+	for i := range n {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(3 + 2*i), BlockFragment: p.block([2]string{":method", "GET"},
+			[2]string{":scheme", "http"}, [2]string{":authority", "a.example"}, [2]string{":path", "/"}), EndStream: true, EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := floodThenPing(t, p, frames.Bytes()); code != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("%d requests after the GOAWAY: GOAWAY %v (0xff: none), want ENHANCE_YOUR_CALM", n, code)
+	}
+	h.free()
+	<-ts.served
+	if got := log.get(); len(got) != 1 {
+		t.Fatalf("OnAbuse told %q, want once", got)
+	}
+	if got := h.started.Load(); got != 1 {
+		t.Fatalf("%d handlers started, want 1", got)
+	}
+}
