@@ -302,3 +302,74 @@ func TestAbortIdle(t *testing.T) {
 	p.nc.Close()
 	goroutinesBack(t, base)
 }
+
+// TestIgnoredBlockKeepsHPACK: a header block above the GOAWAY's last stream id is
+// ignored, but decoded: a dynamic table size update at its start and a field it adds to
+// the table, in a HEADERS and a CONTINUATION, are in the decoder's state when the
+// trailers of the stream still open name that field by its index.
+func TestIgnoredBlockKeepsHPACK(t *testing.T) {
+	ts := startServer(t, Config{MaxStreams: 1}, echoHandler, false)
+	p := newPeer(t, ts)
+	p.headers(1, false, [2]string{":method", "POST"}, [2]string{":scheme", "http"}, [2]string{":authority", "a.example"}, [2]string{":path", "/up"})
+	for {
+		f, err := p.next()
+		if err != nil {
+			t.Fatalf("waiting for GOAWAY: %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
+				t.Fatalf("GOAWAY %v last %d, want NO_ERROR last 1", g.ErrCode, g.LastStreamID)
+			}
+			break
+		}
+	}
+	p.henc.SetMaxDynamicTableSize(1024) // a size update opens the next block
+	block := p.block([2]string{":method", "GET"}, [2]string{":scheme", "http"}, [2]string{":authority", "a.example"}, [2]string{":path", "/"},
+		[2]string{"x-sync", "c0ffee-after-goaway"})
+	half := len(block) / 2
+	if err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block[:half], EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.fr.WriteContinuation(3, true, block[half:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.fr.WriteData(1, false, []byte("body")); err != nil {
+		t.Fatal(err)
+	}
+	trailers := p.block([2]string{"x-sync", "c0ffee-after-goaway"})
+	if len(trailers) != 1 {
+		t.Fatalf("the trailers' block is %d bytes, want the field's index alone", len(trailers))
+	}
+	if err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: trailers, EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	heads := 0
+	for {
+		f, err := p.next()
+		if err != nil {
+			t.Fatalf("waiting for the answer's trailers: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v", f.ErrCode)
+		case *http2.RSTStreamFrame:
+			t.Fatalf("stream %d reset: %v", f.StreamID, f.ErrCode)
+		case *http2.MetaHeadersFrame:
+			if f.StreamID != 1 {
+				t.Fatalf("HEADERS on stream %d", f.StreamID)
+			}
+			if heads++; heads == 2 {
+				var got string
+				for _, hf := range f.Fields {
+					if hf.Name == "x-sync" {
+						got = hf.Value
+					}
+				}
+				if got != "c0ffee-after-goaway" {
+					t.Fatalf("the trailers echoed x-sync %q, want %q: the decoder missed the ignored block", got, "c0ffee-after-goaway")
+				}
+				return
+			}
+		}
+	}
+}
