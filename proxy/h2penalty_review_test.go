@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"io"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // TestH2PenaltyEndsHeldConns (issue 25, finding 1): when one HTTP/2 connection's flood
@@ -72,5 +77,59 @@ flood:
 		if _, err := held.next(); err != nil {
 			break // closed
 		}
+	}
+}
+
+// TestH2PenaltyReachesLateConn: a connection accepted before its address was penalised,
+// which sends its HTTP/2 preface only after the verdict (it was in its TLS handshake,
+// or slow), is ended as soon as it is an HTTP/2 connection (GOAWAY ENHANCE_YOUR_CALM,
+// its request not served): endH2ForAbuseFrom ran before it was in the server's set.
+func TestH2PenaltyReachesLateConn(t *testing.T) {
+	var served atomic.Int64
+	e := newEnv(t)
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+	}))}}})
+	c := dialRaw(t, e.http)
+	// Accepted (a request on another connection afterwards proves the listener got to
+	// it: connections are accepted in order).
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + e.http + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, started := e.srv.penalties.Strike(netip.MustParseAddr("127.0.0.1")); !started {
+		t.Fatal("no penalty started")
+	}
+	p := &h2Peer{t: t, c: c, fr: http2.NewFramer(c, c)}
+	p.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	p.henc = hpack.NewEncoder(&p.hbuf)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.get(1, "app.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := p.next()
+		if err != nil {
+			t.Fatalf("closed without GOAWAY ENHANCE_YOUR_CALM: %v", err)
+		}
+		if _, ok := f.(*http2.MetaHeadersFrame); ok {
+			t.Fatal("the penalised address's request was answered")
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			break
+		}
+	}
+	if n := served.Load(); n != 0 {
+		t.Fatalf("the target saw %d requests of the penalised connection", n)
 	}
 }

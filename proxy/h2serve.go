@@ -130,7 +130,17 @@ func (c *h1Conn) serveH2() {
 	f.trusted = s.isTrusted(f.ip)
 	f.remote = cc.RemoteAddr().String()
 	conn := h2.NewConn(cc, s.h2Config(), f)
-	s.h2.add(conn, remoteAddr(cc))
+	client := remoteAddr(cc)
+	s.h2.add(conn, client)
+	// A penalty that started after this connection was accepted (during its TLS
+	// handshake, or before its preface came) ended the address's HTTP/2 connections
+	// before this one was in the set: it is ended here. Checked after add, so that a
+	// verdict is either seen here or finds the connection in the set.
+	if !f.trusted && client.IsValid() {
+		if hit, _ := s.penalties.Penalized(client); hit {
+			s.endH2ForAbuse(conn)
+		}
+	}
 	err := conn.Serve(context.Background())
 	s.h2.remove(conn)
 	// HTTP/2 accounting is per stream (h2forward.go): no connection tail to attribute
