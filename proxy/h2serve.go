@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -66,15 +67,16 @@ func (set *h2Set) shutdown() {
 // client already holds; the engine's own verdicts end their connection themselves.
 func (s *Server) endH2ForAbuse(c *h2.Conn) { c.Abort() }
 
-// endH2ForAbuseFrom ends every HTTP/2 connection of client address a for abuse
-// (endH2ForAbuse) and returns how many it ended. It walks all the connections, under the
-// set's lock only to collect them: for a penalty, not for a request path.
+// endH2ForAbuseFrom ends every HTTP/2 connection of the clients a penalty of address a
+// covers (a itself, or for IPv6 its /64: penalty.Key) for abuse (endH2ForAbuse) and
+// returns how many it ended. It walks all the connections, under the set's lock only to
+// collect them: for a penalty, not for a request path.
 func (s *Server) endH2ForAbuseFrom(a netip.Addr) int {
-	a = a.Unmap()
+	k := penalty.Key(a)
 	var held []*h2.Conn
 	s.h2.mu.Lock()
 	for c, client := range s.h2.m {
-		if client == a {
+		if penalty.Key(client) == k {
 			held = append(held, c)
 		}
 	}
