@@ -73,7 +73,7 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		// Trailers (or anything) in flight when we reset the stream, or on a stream
 		// above our GOAWAY's last id, are ignored (lateframes.go); the block was
 		// decoded all the same, the HPACK table is in step.
-		if ignored, err := c.ignoreLate(id); ignored {
+		if ignored, err := c.ignoreLate(id, true); ignored {
 			return c.chargeHead(b, err)
 		}
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
@@ -200,7 +200,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		}
 		if st == nil {
 			// A body in flight when we reset the stream is ignored (lateframes.go).
-			if ignored, err := c.ignoreLate(id); ignored {
+			if ignored, err := c.ignoreLate(id, false); ignored {
 				return err
 			}
 			// On a stream the client ended, or one closed long ago: a stream error,
@@ -358,7 +358,7 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 			return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
 		}
 		// A reset of a stream that is over: ignored, and charged (lateframes.go).
-		if ignored, err := c.ignoreLate(f.StreamID); ignored {
+		if ignored, err := c.ignoreLate(f.StreamID, false); ignored {
 			return err
 		}
 		return c.spendReset()

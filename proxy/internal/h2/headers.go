@@ -283,7 +283,7 @@ func (c *Conn) headerStreamError(id uint32, code http2.ErrCode) error {
 			return c.spendReset()
 		}
 		c.maxSeen = id
-	} else if ignored, err := c.ignoreLate(id); ignored {
+	} else if ignored, err := c.ignoreLate(id, true); ignored {
 		return err // a bad block on a stream we reset: ignored as well
 	}
 	return c.refuse(id, code)

@@ -373,3 +373,46 @@ func TestIgnoredBlockKeepsHPACK(t *testing.T) {
 		}
 	}
 }
+
+// TestRepeatedLateHeadersCharged: a stream has one late header block at most (its
+// trailers, which end it), so every header block the engine ignores costs a reset token,
+// not a junk token after the first: else one ignored stream (above the GOAWAY's last
+// stream id, or one the engine reset) took header block after header block, each
+// decoded, at the junk budget's rate (1000 back to back, 500 a second). Before the
+// change under review they were a connection error STREAM_CLOSED.
+func TestRepeatedLateHeadersCharged(t *testing.T) {
+	n := 2*128 + 1 // the default reset burst, and one more
+	repeat := func(p *peer, id uint32) []byte {
+		var frames bytes.Buffer
+		fr := http2.NewFramer(&frames, nil)
+		for range n {
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: p.block([2]string{"x-trailer", "t"}), EndStream: true, EndHeaders: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return frames.Bytes()
+	}
+	t.Run("above GOAWAY", func(t *testing.T) {
+		h := newStuck(t)
+		ts := startServer(t, Config{MaxStreams: 1, ResetRate: 1}, h, false)
+		t.Cleanup(h.free)
+		p := newPeer(t, ts)
+		get(p, 1, true) // the last stream; its handler holds the connection open
+		waitFor(t, "the handler", func() bool { return h.running.Load() == 1 })
+		get(p, 3, false) // ignored
+		if code := floodThenPing(t, p, repeat(p, 3)); code != http2.ErrCodeEnhanceYourCalm {
+			t.Fatalf("%d header blocks on an ignored stream: GOAWAY %v (0xff: none), want ENHANCE_YOUR_CALM", n, code)
+		}
+	})
+	t.Run("reset stream", func(t *testing.T) {
+		ts := startServer(t, Config{ResetRate: 1}, earlyAnswer, false)
+		p := newPeer(t, ts)
+		p.headers(1, false, [2]string{":method", "POST"}, [2]string{":scheme", "http"}, [2]string{":authority", "a.example"}, [2]string{":path", "/up"})
+		if code, cut := awaitEnd(t, p, 1, true); cut { // answered, then reset (NO_ERROR)
+			t.Fatalf("GOAWAY %v", code)
+		}
+		if code := floodThenPing(t, p, repeat(p, 1)); code != http2.ErrCodeEnhanceYourCalm {
+			t.Fatalf("%d header blocks on a reset stream: GOAWAY %v (0xff: none), want ENHANCE_YOUR_CALM", n, code)
+		}
+	})
+}
