@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
@@ -44,8 +45,9 @@ const (
 	// h1IdleSlack: the idle deadline is renewed only when it is at least this old, which
 	// saves a timer update per request on busy connections.
 	h1IdleSlack = time.Second
-	// h1ParkAfter: a plain connection idle for between h1ParkAfter-h1IdleSlack and
-	// h1ParkAfter gives its read buffer back and waits without a goroutine (h1idle.go).
+	// h1ParkAfter: an HTTP/1.1 connection (plain or TLS) idle for between
+	// h1ParkAfter-h1IdleSlack and h1ParkAfter gives its read buffer back and waits without
+	// a goroutine (h1idle.go).
 	h1ParkAfter = 2 * time.Second
 )
 
@@ -63,7 +65,7 @@ const h1NewGrace = 5 * time.Second
 
 // h1Conn is one client connection on the fast path. Its fields belong to its goroutine
 // (or to the parker while it is parked), except state, which Shutdown reads and swaps,
-// and parkSeq, which is the parker's (under its lock).
+// and pr's seq and fd, which are the parker's (under its lock).
 type h1Conn struct {
 	s       *Server
 	cc      *clientConn
@@ -84,11 +86,13 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
-	parkable bool                // plain TCP, and the server has a parker (h1idle.go)
+	parkable bool                // on TCP (plain or TLS), and the server has a parker (h1idle.go)
 	parking  bool                // run returned to park the idle connection
-	pk       *parker             // the server's parker, when parkable
-	parkSeq  uint64              // the parker's number for the connection's current park
-	parkFd   int                 // the descriptor it is parked at (the parker's)
+	pk       *parker             // the server's parker, when parkable (or an HTTP/2 one may park)
+	pr       parkRec             // the parker's record (h1idle.go)
+	h2c      *h2.Conn            // the HTTP/2 engine's connection, once it serves one (h2serve.go)
+	h2Parked bool                // the engine returned parked: finish hands it to the parker
+	tlsMark  int64               // TLS: record bytes taken from the socket when the idle wait began
 	started  time.Time           // accepted at
 	now      time.Time           // read once per request
 	closing  bool                // the current response says Connection: close; then the conn closes
@@ -171,7 +175,9 @@ func (set *h1Set) closeIdle() int {
 		case c.state.Load() == h1Parked:
 			if c.pk.claim(c) {
 				parked = append(parked, c)
-				delete(set.m, c) // finish's remove finds it gone
+				if c.h2c == nil {
+					delete(set.m, c) // finish's remove finds it gone
+				} // an HTTP/2 one counts until its GOAWAY is out (endParked)
 			}
 		case c.state.CompareAndSwap(h1Idle, h1Closing) ||
 			time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing):
@@ -181,7 +187,7 @@ func (set *h1Set) closeIdle() int {
 	n := len(set.m)
 	set.mu.Unlock()
 	for _, c := range parked {
-		c.finish(false)
+		c.endParked(true)
 	}
 	return n
 }
@@ -212,7 +218,7 @@ func (set *h1Set) closeAll() {
 	}
 	set.mu.Unlock()
 	for _, c := range parked {
-		c.finish(false)
+		c.endParked(false)
 	}
 }
 
@@ -286,6 +292,17 @@ func (c *h1Conn) serve() {
 // to net/http or closes it. It also closes a parked connection its claimer owns.
 func (c *h1Conn) finish(handoff bool) {
 	s := c.s
+	for c.h2Parked {
+		c.h2Parked = false
+		c.dropTLSBuffers()
+		if !s.draining.Load() && c.pk.park(c) {
+			parkedTotal.Add(1)
+			return // the parker owns it now
+		}
+		// The parker could not take it (Shutdown meanwhile, or it stopped): serve on;
+		// the engine ends the connection itself if Shutdown or closeAll got to it.
+		c.h2Ran(c.h2c.Resume())
+	}
 	for c.parking {
 		c.parking = false
 		if c.park() {
@@ -342,8 +359,9 @@ func (c *h1Conn) run() (handoff bool) {
 	}
 	c.ip = clientIP(c.cc.RemoteAddr().String())
 	c.trusted = s.isTrusted(c.ip)
-	if pk := s.parker; pk != nil && !c.secure && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil {
+	if pk := s.parker; pk != nil && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
 		c.parkable, c.pk = true, pk
+		c.pr = parkRec{state: &c.state, awake: h1Idle}
 	}
 	c.rbuf = getReadBuf()
 	return c.loop()
@@ -571,7 +589,7 @@ func (c *h1Conn) readHead() int {
 				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 				c.headerDeadline, c.dlIdle = true, false
 			}
-		} else if c.served > 0 {
+		} else if c.served > 0 && !c.headerDeadline {
 			c.state.Store(h1Idle)
 			if s.draining.Load() {
 				return h1Close
@@ -579,6 +597,7 @@ func (c *h1Conn) readHead() int {
 			if !c.dlIdle || time.Since(c.dlSetAt) >= h1IdleSlack {
 				c.setIdleDeadline()
 			}
+			c.markRecords()
 		}
 		nr, err := c.read(c.rbuf[c.w:])
 		if err == errRawWait {
@@ -595,6 +614,17 @@ func (c *h1Conn) readHead() int {
 				if h1wire.HeadEnd(c.rbuf[c.r:c.w], 0) >= 0 {
 					continue
 				}
+			}
+			if c.recordInPart(err) {
+				// Part of a TLS record came during the idle wait: a request is on its
+				// way (busy, as when a plain head has begun), under ReadHeaderTimeout
+				// from now (h1idle.go).
+				if !c.activate() {
+					return h1Close
+				}
+				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+				c.headerDeadline, c.dlIdle = true, false
+				continue
 			}
 			return c.readFailed(err)
 		}

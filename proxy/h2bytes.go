@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"sync"
@@ -34,6 +35,7 @@ type h2Work struct {
 	kinds  [32]uint8 // lf's kinds, for requests with up to 32 fields
 	target []byte    // the request-target, escaped as it goes
 	body   uploader  // the request body's, when it has one
+	h2b    h2Body    // the own engine's stream as body's source
 	// net/http's front-ends only (forward.go):
 	hf   []hpack.HeaderField // the request's header, flattened
 	tb   trackedBody
@@ -43,6 +45,8 @@ type h2Work struct {
 
 // release puts w back in its pool, holding no request's header values.
 func (w *h2Work) release() {
+	w.body.release()
+	w.h2b = h2Body{}
 	w.reset()
 	clear(w.hf)
 	w.hf = w.hf[:0]
@@ -75,11 +79,24 @@ func (x *h2Req) forwardBytes() {
 		return
 	}
 	x.up = up
+	if up != nil {
+		w.h2b.pace(true)
+	}
+	o, failed := s.holdBody(up)
+	if up != nil {
+		w.h2b.pace(false)
+	}
+	if failed {
+		// The body failed before any target saw the request (bodybuf.go).
+		x.err = up.clientErr
+		x.fail(o)
+		return
+	}
 	start := x.start
-	if start.IsZero() {
+	if start.IsZero() || up != nil {
 		start = time.Now()
 	}
-	replay := x.replayable(up != nil)
+	replay := x.replayable(!up.rewindable())
 	walk := newWalk(s, x.entry)
 	for {
 		b := walk.next()
@@ -102,20 +119,31 @@ func (x *h2Req) forwardBytes() {
 		if !client {
 			o = classifyUpstream(err)
 		}
-		if walk.missed(o, err, up == nil || !up.took.Load()) {
+		if walk.missed(o, err, !up.taken()) {
 			continue
 		}
-		if o == outcomeClientGone {
-			x.st.Reset(http2.ErrCodeCancel)
-		} else {
-			x.answer(o)
-		}
+		x.fail(o)
 		return
 	}
 }
 
+// fail answers o to a request that failed without an answer from its target:
+// nothing when the client went away (the stream is reset, if it was not already), nor
+// to a body the engine found malformed (it reset the stream with PROTOCOL_ERROR, RFC
+// 9113 §8.1.1): that one is recorded as the 400 it would have got.
+func (x *h2Req) fail(o outcome) {
+	switch {
+	case o == outcomeClientGone:
+		x.st.Reset(http2.ErrCodeCancel)
+	case x.up != nil && errors.Is(x.up.clientErr, h2.ErrMalformedBody):
+		x.status = o.status()
+	default:
+		x.answer(o)
+	}
+}
+
 // replayable applies upstream.Replayable to the request.
-func (x *h2Req) replayable(hasBody bool) bool {
+func (x *h2Req) replayable(streamed bool) bool {
 	keyed := false
 	for i := range x.rq.Fields {
 		if upstream.IdempotencyKey(x.rq.Fields[i].Name) {
@@ -123,7 +151,7 @@ func (x *h2Req) replayable(hasBody bool) bool {
 			break
 		}
 	}
-	return upstream.Replayable(x.rq.Method, hasBody, keyed)
+	return upstream.Replayable(x.rq.Method, streamed, keyed)
 }
 
 // nameBytes is a field name as bytes, without copying (never written to).
@@ -144,7 +172,8 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 	var up *uploader
 	if !rq.NoBody && rq.ContentLength != 0 {
 		up = &w.body
-		*up = uploader{src: (*h2Body)(x.st), length: rq.ContentLength}
+		w.h2b = h2Body{st: x.st, timeout: x.f.s.cfg.ClientBodyTimeout}
+		*up = uploader{src: &w.h2b, length: rq.ContentLength}
 	}
 	w.lf.fields = rq.Fields
 	w.lf.classify(w.kinds[:])
@@ -165,28 +194,90 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 }
 
 // appendTarget appends the request-target for :path. A path made only of what a URL
-// path may hold unescaped (and valid %-escapes) goes as it came, query included; any
-// other is re-escaped as net/http's request writer would (url.URL.RequestURI), so that
-// both HTTP/2 paths forward the same target.
-func appendTarget(b []byte, p string) ([]byte, error) {
+// path may hold unescaped (and valid %-escapes) goes as it came; any other is re-escaped
+// as net/http's request writer would (url.URL.RequestURI), so that both HTTP/2 paths
+// forward the same target. The query keeps every byte a request-target's query may hold
+// (RFC 3986 §3.4, valid %-escapes included) and has any other percent-encoded (bytes of
+// 0x80 and above, space, '"', '#', '<', '>', '\\', '^', '`', '{', '|', '}', a '%' that
+// starts no escape): an HTTP/2 or HTTP/3 :path may carry raw bytes an HTTP/1.1 request
+// line's targets do not expect. Control bytes never get here (the front-ends refuse them).
+func appendTarget(b []byte, p string) ([]byte, error) { return appendTargetQuery(b, p, false) }
+
+// appendTargetQuery is appendTarget; rawQuery appends the query as it came, for an
+// HTTP/1.1 request on net/http's front-end, whose request line already was a target (the
+// fast path forwards it so too).
+func appendTargetQuery(b []byte, p string, rawQuery bool) ([]byte, error) {
 	if p == "*" {
 		return append(b, '*'), nil
 	}
-	path := p
+	path, query, hasQuery := p, "", false
 	for i := 0; i < len(p); i++ {
 		if p[i] == '?' {
-			path = p[:i]
+			path, query, hasQuery = p[:i], p[i+1:], true
 			break
 		}
 	}
-	if pathVerbatim(path) {
-		return append(b, p...), nil
+	switch {
+	case path == "": // no origin-form target is empty
+		b = append(b, '/')
+	case pathVerbatim(path):
+		b = append(b, path...)
+	default:
+		u, err := url.ParseRequestURI(path)
+		if err != nil {
+			return b, err
+		}
+		b = append(b, u.EscapedPath()...)
 	}
-	u, err := url.ParseRequestURI(p)
-	if err != nil {
-		return b, err
+	switch {
+	case !hasQuery:
+	case rawQuery:
+		b = append(append(b, '?'), query...)
+	default:
+		b = appendQuery(append(b, '?'), query)
 	}
-	return append(b, u.RequestURI()...), nil
+	return b, nil
+}
+
+// appendQuery appends q with every byte a query may not hold percent-encoded (upper-case
+// hex, as url.QueryEscape writes it). A query that needs none is appended in one copy.
+func appendQuery(b []byte, q string) []byte {
+	i := 0
+	for i < len(q) && queryByte(q, i) {
+		i++
+	}
+	if i == len(q) {
+		return append(b, q...)
+	}
+	b = append(b, q[:i]...)
+	for ; i < len(q); i++ {
+		if queryByte(q, i) {
+			b = append(b, q[i])
+		} else {
+			b = append(b, '%', upperHex[q[i]>>4], upperHex[q[i]&15])
+		}
+	}
+	return b
+}
+
+const upperHex = "0123456789ABCDEF"
+
+// queryByte reports whether q[i] may stand in a query as it is: pchar, '/' or '?', and
+// '%' only when it starts a %-escape of two hex digits.
+func queryByte(q string, i int) bool {
+	c := q[i]
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	case c == '-' || c == '_' || c == '.' || c == '~' || c == '/' || c == '?' || c == ':' || c == '@':
+		return true
+	case c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' || c == '*' ||
+		c == '+' || c == ',' || c == ';' || c == '=':
+		return true
+	case c == '%':
+		return i+2 < len(q) && isHex(q[i+1]) && isHex(q[i+2])
+	}
+	return false
 }
 
 // pathVerbatim reports a path that url.URL.EscapedPath gives back unchanged: unreserved

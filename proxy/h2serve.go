@@ -3,12 +3,15 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net/netip"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -18,20 +21,23 @@ import (
 // The engine's streams are translated into the forwarding core in h2forward.go (and
 // h2tunnel.go for RFC 8441 WebSockets).
 
-// h2Set tracks the engine's connections for Shutdown (GOAWAY to each).
+// h2Set tracks the engine's connections, with their client addresses, for Shutdown
+// (GOAWAY to each) and for a penalty that ends an address's connections
+// (endH2ForAbuseFrom). It is touched once when a connection starts and once when it
+// ends, not per request.
 type h2Set struct {
 	mu       sync.Mutex
-	m        map[*h2.Conn]struct{}
+	m        map[*h2.Conn]netip.Addr
 	draining bool
 }
 
-func (set *h2Set) add(c *h2.Conn) {
+func (set *h2Set) add(c *h2.Conn, client netip.Addr) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if set.m == nil {
-		set.m = make(map[*h2.Conn]struct{})
+		set.m = make(map[*h2.Conn]netip.Addr)
 	}
-	set.m[c] = struct{}{}
+	set.m[c] = client.Unmap()
 	if set.draining {
 		c.Shutdown()
 	}
@@ -54,9 +60,38 @@ func (set *h2Set) shutdown() {
 	}
 }
 
+// endH2ForAbuse ends one HTTP/2 connection now for abuse (h2.Conn.Abort): GOAWAY
+// ENHANCE_YOUR_CALM, its streams cancelled (their target requests with them), the socket
+// closed once the GOAWAY is out, within a quarter second at most. Any goroutine may call
+// it, for a connection that may already have ended (then it does nothing). It is how a
+// verdict reached elsewhere (a penalty of the client's address) acts on connections the
+// client already holds; the engine's own verdicts end their connection themselves.
+func (s *Server) endH2ForAbuse(c *h2.Conn) { c.Abort() }
+
+// endH2ForAbuseFrom ends every HTTP/2 connection of the clients a penalty of address a
+// covers (a itself, or for IPv6 its /64: penalty.Key) for abuse (endH2ForAbuse) and
+// returns how many it ended. It walks all the connections, under the set's lock only to
+// collect them: for a penalty, not for a request path.
+func (s *Server) endH2ForAbuseFrom(a netip.Addr) int {
+	k := penalty.Key(a)
+	var held []*h2.Conn
+	s.h2.mu.Lock()
+	for c, client := range s.h2.m {
+		if penalty.Key(client) == k {
+			held = append(held, c)
+		}
+	}
+	s.h2.mu.Unlock()
+	for _, c := range held {
+		s.endH2ForAbuse(c)
+	}
+	return len(held)
+}
+
 // h2Config is the engine's configuration from the server's: today's net/http settings
 // (128 streams, 1 MiB per stream and 4 MiB per connection of request body window, PING
-// after 30 s of silence, 15 s for its answer) and the client timeouts.
+// after 30 s of silence, 15 s for its answer), the client timeouts and the streams a
+// connection serves in all.
 func (s *Server) h2Config() h2.Config {
 	return h2.Config{
 		MaxConcurrentStreams:  maxConcurrentStreams,
@@ -71,6 +106,7 @@ func (s *Server) h2Config() h2.Config {
 		WriteTimeout:          s.cfg.ClientSendTimeout,
 		BodyTimeout:           s.cfg.ClientBodyTimeout,
 		EnableConnectProtocol: true,
+		MaxStreams:            uint32(s.cfg.HTTP2MaxStreamsPerConn), // 0: the engine's 1000
 		OnAbuse:               s.h2Abuse,
 		OnPanic: func(v any, stack []byte) {
 			s.log.Error("HTTP/2 stream handler panicked; stream reset", zap.Any("panic", v), zap.ByteString("stack", stack))
@@ -96,14 +132,63 @@ func (c *h1Conn) serveH2() {
 	f.ip = clientIP(cc.RemoteAddr().String())
 	f.trusted = s.isTrusted(f.ip)
 	f.remote = cc.RemoteAddr().String()
-	conn := h2.NewConn(cc, s.h2Config(), f)
-	s.h2.add(conn)
-	err := conn.Serve(context.Background())
-	s.h2.remove(conn)
+	cfg := s.h2Config()
+	if pk := s.parker; pk != nil && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil {
+		// Without streams for h1ParkAfter, the connection parks (h1idle.go).
+		c.pk, cfg.ParkAfter = pk, h1ParkAfter
+		c.pr = parkRec{state: &c.state, awake: h1Active}
+	}
+	conn := h2.NewConn(cc, cfg, f)
+	client := remoteAddr(cc)
+	s.h2.add(conn, client)
+	c.h2c = conn
+	// A penalty that started after this connection was accepted (during its TLS
+	// handshake, or before its preface came) ended the address's HTTP/2 connections
+	// before this one was in the set: it is ended here. Checked after add, so that a
+	// verdict is either seen here or finds the connection in the set.
+	if !f.trusted && client.IsValid() {
+		if hit, _ := s.penalties.Penalized(client); hit {
+			s.endH2ForAbuse(conn)
+		}
+	}
+	c.h2Ran(conn.Serve(context.Background()))
+}
+
+// h2Ran takes the engine's answer when Serve or Resume returned: parked, finish hands
+// the connection to the parker (h2Parked); ended, it leaves the server's HTTP/2 set and
+// finish closes it.
+func (c *h1Conn) h2Ran(err error) {
+	if errors.Is(err, h2.ErrParked) {
+		c.h2Parked = true
+		return
+	}
+	c.s.h2.remove(c.h2c)
 	// HTTP/2 accounting is per stream (h2forward.go): no connection tail to attribute
 	// when the fast path closes the connection (flushTail).
+	cc := c.cc
 	cc.acctRead, cc.acctWrite = cc.readN.Load(), cc.writeN.Load()
 	if err != nil {
-		s.log.Debug("HTTP/2 connection ended", zap.String("client", f.remote), zap.Error(err))
+		c.s.log.Debug("HTTP/2 connection ended", zap.String("client", cc.RemoteAddr().String()), zap.Error(err))
 	}
+}
+
+// resumeH2 serves a parked HTTP/2 connection on (the parker found it readable, or its
+// claimer ends it through the engine), on a goroutine of the h1 wait group or its
+// claimer's; finish parks it again or closes it.
+func (c *h1Conn) resumeH2() {
+	c.h2Ran(c.h2c.Resume())
+	c.finish(false)
+}
+
+// endParkedH2 ends a parked HTTP/2 connection its caller claimed: graceful, with a
+// GOAWAY that the engine, resumed on a goroutine of its own, writes before it closes
+// (after its usual drain); otherwise closed at once (the engine's teardown runs here).
+func (c *h1Conn) endParkedH2(graceful bool) {
+	if graceful {
+		c.h2c.Shutdown()
+		c.s.h1.wg.Go(c.resumeH2)
+		return
+	}
+	c.h2c.Close()
+	c.resumeH2()
 }

@@ -79,8 +79,10 @@ func (s *Server) refusePenalized(c net.Conn) bool {
 	return true
 }
 
-// h2Abuse is the engine's verdict on nc (h2.Config.OnAbuse): counted, and nc's client
-// address penalised.
+// h2Abuse is the engine's verdict on nc (h2.Config.OnAbuse): counted, nc's client
+// address penalised, and, when that starts a penalty, the address's other HTTP/2
+// connections ended too (endH2ForAbuseFrom): the penalty refuses new connections only,
+// and a flood spread over connections opened before it would otherwise go on (issue 25).
 func (s *Server) h2Abuse(nc net.Conn, reason string) {
 	s.totals.ClientAbuse()
 	a := remoteAddr(nc)
@@ -91,6 +93,7 @@ func (s *Server) h2Abuse(nc net.Conn, reason string) {
 	if !started {
 		return
 	}
+	s.endH2ForAbuseFrom(a) // nc among them: it is ending already, Abort only ends it sooner
 	if ok, unlogged := allowLog(&s.abuseLoggedAt, &s.abuseUnlogged, penaltyLogEvery); ok {
 		s.log.Info("client connection ended for abuse; its address is penalised",
 			zap.String("client", a.String()),

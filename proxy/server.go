@@ -61,6 +61,13 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes idle client keep-alive connections (0 -> 120s).
 	IdleTimeout time.Duration
+	// TunnelIdleTimeout closes a tunnel (a WebSocket over HTTP/1.1, HTTP/2 or HTTP/3)
+	// through which no byte passed, either way, for this long (0 -> 5m). It is longer than
+	// the idle timeouts applications commonly live behind (nginx's proxy_read_timeout and
+	// AWS ALB 60 s, Cloudflare 100 s), so whatever keeps a tunnel alive there does here.
+	// One sweep checks every tunnel each TunnelIdleTimeout/8: a tunnel is closed at most an
+	// eighth late, never early.
+	TunnelIdleTimeout time.Duration
 	// MaxHeaderBytes limits a client's request header (0 -> 64 KiB).
 	MaxHeaderBytes int
 	// ClientBodyTimeout bounds how long reading a request body may go without progress
@@ -85,6 +92,24 @@ type Config struct {
 	// timeout (HTTP2Config.WriteByteTimeout). Like ClientBodyTimeout it may fire up to
 	// an eighth of its length late. WebSocket tunnels are not subject to either.
 	ClientSendTimeout time.Duration
+	// HTTP2MaxStreamsPerConn is how many streams (requests) one HTTP/2 connection serves
+	// (0 -> 1000, as nginx's keepalive_requests): the stream that reaches it goes with a
+	// GOAWAY(NO_ERROR) naming it as the last, later ones are ignored, and the connection
+	// closes once its streams are done. An honest client reconnects; a flood spread over
+	// pre-opened connections loses them, and its new connections meet the accept-time
+	// checks (the penalty) again.
+	HTTP2MaxStreamsPerConn int
+	// RequestBuffer is how much of a request body is read before a target is chosen (0 ->
+	// 64 KiB; negative: nothing is). A body that ends within it is read whole and checked
+	// first: a malformed one (a broken chunk, an HTTP/2 or HTTP/3 body shorter or longer
+	// than its content-length, a reset) is answered 400 (or its stream reset, where its
+	// protocol says so) and reaches no target, and a whole one may be sent again on a
+	// stale pooled target connection when its method allows (upstream.Replayable). A
+	// larger body goes out once that much was read, the rest as it comes. The wait is
+	// ClientBodyTimeout's; the target's header timeout starts once the body went out.
+	// Each request may hold this much (and up to 32 KiB more) while it waits, in pooled
+	// buffers.
+	RequestBuffer int64
 	// AccessLog, when set, receives one Info line per request: host, method, path, query,
 	// status, bytes in/out, duration, the client's address, the target's lease and
 	// address (also when it failed), the protocol and, for a failed request, the error.
@@ -140,6 +165,8 @@ const (
 	defaultMaxHeaderBytes        = 64 << 10
 	defaultClientBodyTimeout     = 30 * time.Second
 	defaultClientSendTimeout     = 30 * time.Second
+	defaultTunnelIdleTimeout     = 5 * time.Minute
+	defaultRequestBuffer         = 64 << 10
 	// maxConcurrentStreams bounds the requests one HTTP/2 or HTTP/3 connection may have
 	// open at once (nginx's default), and with them the targets' connections it holds.
 	maxConcurrentStreams = 128
@@ -155,6 +182,9 @@ type Server struct {
 	accessLog *zap.Logger
 	trusted   []netip.Prefix
 
+	// bodyBound is Config.RequestBuffer with its default applied; 0 holds no body
+	// (holdBody, bodybuf.go).
+	bodyBound int64
 	// up holds the targets' connections, for every exchange (exchange.go).
 	up        *targetPools
 	tlsConfig *tls.Config
@@ -214,6 +244,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("MaxHeaderBytes must not be negative"))
 	}
+	if cfg.HTTP2MaxStreamsPerConn < 0 || cfg.HTTP2MaxStreamsPerConn > 1<<30 {
+		errs = append(errs, errors.New("HTTP2MaxStreamsPerConn must be from 0 to 1<<30"))
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
 	}
@@ -228,6 +261,7 @@ func New(cfg Config) (*Server, error) {
 	def(&cfg.IdleTimeout, defaultIdleTimeout)
 	def(&cfg.ClientBodyTimeout, defaultClientBodyTimeout)
 	def(&cfg.ClientSendTimeout, defaultClientSendTimeout)
+	def(&cfg.TunnelIdleTimeout, defaultTunnelIdleTimeout)
 	if cfg.MaxHeaderBytes == 0 {
 		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
@@ -240,6 +274,10 @@ func New(cfg Config) (*Server, error) {
 		trusted:   cfg.TrustedProxies,
 		ownH2:     !cfg.stdH2,
 		h1Off:     cfg.h1Off,
+		bodyBound: max(cfg.RequestBuffer, 0),
+	}
+	if cfg.RequestBuffer == 0 {
+		s.bodyBound = defaultRequestBuffer
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -396,7 +434,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	udp := s.h3.pc
 	tlsOn := s.httpsLn != nil
-	if canPark && s.httpLn != nil && s.cfg.IdleTimeout > h1ParkAfter {
+	if canPark && (s.httpLn != nil || s.httpsLn != nil) && s.cfg.IdleTimeout > h1ParkAfter {
 		pk, err := newParker(s)
 		if err != nil {
 			s.log.Warn("idle connections will not park", zap.Error(err))
@@ -454,6 +492,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(untarpitted)
 		s.tarpit.run(stapleCtx)
 	}()
+	// Idle tunnels are closed until the last tunnel ended (below).
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	sweptIdle := make(chan struct{})
+	go func() {
+		defer close(sweptIdle)
+		s.tunnels.sweepIdle(sweepCtx, s.cfg.TunnelIdleTimeout, s.totals.TunnelClosedIdle)
+	}()
 	s.ready.Store(!s.draining.Load())
 	stop := context.AfterFunc(ctx, s.closeNow)
 	wg.Wait()
@@ -481,6 +526,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.h1.wg.Wait()
 	s.tunnels.wg.Wait()
+	stopSweep()
+	<-sweptIdle
 	s.h3.conns.Wait()
 	select {
 	case err := <-errc:

@@ -70,6 +70,9 @@ func TestCollectorReadsTotals(t *testing.T) {
 	tot.ClientAbuse()
 	tot.ClientAbuse()
 	tot.PenalizedRefusal()
+	tot.TunnelClosedIdle()
+	tot.TunnelClosedIdle()
+	tot.TunnelClosedIdle()
 
 	c := NewCollector(nil, &tot, CollectorOptions{})
 	want := `
@@ -84,6 +87,7 @@ gauge ingress_requests_in_flight{} 2
 counter ingress_tls_handshake_failures_total{} 1
 counter ingress_client_abuse_total{} 2
 counter ingress_penalized_connections_total{} 1
+counter ingress_tunnels_closed_idle_total{} 3
 counter ingress_unknown_host_requests_total{} 1
 counter ingress_request_bytes_total{direction="in",protocol="http1"} 15
 counter ingress_request_bytes_total{direction="out",protocol="http1"} 100

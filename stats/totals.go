@@ -51,6 +51,7 @@ type Totals struct {
 	tlsFailures atomic.Uint64
 	abuse       atomic.Uint64
 	penalized   atomic.Uint64
+	tunnelIdle  atomic.Uint64
 }
 
 // Request counts one finished request of protocol p with its response status and bytes.
@@ -116,6 +117,10 @@ func (t *Totals) ClientAbuse() { t.abuse.Add(1) }
 // penalised for abuse.
 func (t *Totals) PenalizedRefusal() { t.penalized.Add(1) }
 
+// TunnelClosedIdle counts one tunnel closed because no byte passed through it, either
+// way, for the tunnel idle timeout.
+func (t *Totals) TunnelClosedIdle() { t.tunnelIdle.Add(1) }
+
 // TotalsSnapshot is a plain copy of Totals, for tests and diagnostics.
 type TotalsSnapshot struct {
 	// Requests[p][c] counts finished requests of protocol p whose status class is c
@@ -130,6 +135,7 @@ type TotalsSnapshot struct {
 	TLSHandshakeFailures uint64
 	ClientAbuse          uint64
 	PenalizedRefusals    uint64
+	TunnelsClosedIdle    uint64
 }
 
 // Snapshot copies the counters. Each is read atomically; the set is not one instant.
@@ -152,5 +158,6 @@ func (t *Totals) Snapshot() TotalsSnapshot {
 	s.TLSHandshakeFailures = t.tlsFailures.Load()
 	s.ClientAbuse = t.abuse.Load()
 	s.PenalizedRefusals = t.penalized.Load()
+	s.TunnelsClosedIdle = t.tunnelIdle.Load()
 	return s
 }

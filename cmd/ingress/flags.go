@@ -39,6 +39,11 @@ type options struct {
 	MaxHeaderBytes        int
 	ClientBodyTimeout     time.Duration
 	ClientSendTimeout     time.Duration
+	// HTTP2MaxStreamsPerConn: streams an HTTP/2 connection serves before it is asked
+	// to go away (issue 25).
+	HTTP2MaxStreamsPerConn int
+	TunnelIdleTimeout      time.Duration
+	RequestBuffer          int64
 
 	MetricsPerHost bool
 	RetentionDays  int
@@ -52,6 +57,19 @@ type options struct {
 	level    zapcore.Level
 	trusted  []netip.Prefix
 	addrSeen map[string]string
+}
+
+// maxRequestBuffer bounds --request-buffer: every request in flight may hold that much
+// of its body (in 32 KiB buffers).
+const maxRequestBuffer = 16 << 20
+
+// requestBuffer is --request-buffer as proxy.Config.RequestBuffer, whose zero means the
+// default: 0 (off) is negative there.
+func (o *options) requestBuffer() int64 {
+	if o.RequestBuffer == 0 {
+		return -1
+	}
+	return o.RequestBuffer
 }
 
 func defaultOptions() options {
@@ -70,7 +88,11 @@ func defaultOptions() options {
 		MaxHeaderBytes:        64 << 10,
 		ClientBodyTimeout:     30 * time.Second,
 		ClientSendTimeout:     30 * time.Second,
+		TunnelIdleTimeout:     5 * time.Minute,
+		RequestBuffer:         64 << 10,
 		RetentionDays:         35,
+
+		HTTP2MaxStreamsPerConn: 1000,
 	}
 }
 
@@ -99,6 +121,9 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", o.ClientBodyTimeout, "a request body must deliver at least 1 KiB (or its rest) in every window of this length, else 408")
 	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
+	fs.IntVar(&o.HTTP2MaxStreamsPerConn, "http2-max-streams-per-conn", o.HTTP2MaxStreamsPerConn, "streams (requests) one HTTP/2 connection serves; then it is asked to go away (GOAWAY), finishes them and closes, and the client reconnects (nginx's keepalive_requests)")
+	fs.DurationVar(&o.TunnelIdleTimeout, "tunnel-idle-timeout", o.TunnelIdleTimeout, "a WebSocket tunnel (HTTP/1.1, HTTP/2, HTTP/3) with no byte either way for this long is closed; longer than nginx's proxy_read_timeout and AWS ALB (60s) and Cloudflare (100s), so what stays alive behind those stays alive here")
+	fs.Int64Var(&o.RequestBuffer, "request-buffer", o.RequestBuffer, "bytes of a request body read before a target is chosen: a body that ends within them is checked whole first (a malformed one never reaches a target), a larger one streams after them; 0 turns this off")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
@@ -165,11 +190,18 @@ func (o *options) validate() error {
 	positive("idle-timeout", o.IdleTimeout)
 	positive("client-body-timeout", o.ClientBodyTimeout)
 	positive("client-send-timeout", o.ClientSendTimeout)
+	positive("tunnel-idle-timeout", o.TunnelIdleTimeout)
 	if o.PublicHTTPSPort < 0 || o.PublicHTTPSPort > 65535 {
 		bad("--public-https-port must be from 1 to 65535 (0: the bound port), got %d", o.PublicHTTPSPort)
 	}
 	if o.MaxHeaderBytes < 4096 || o.MaxHeaderBytes > 16<<20 {
 		bad("--max-header-bytes must be from 4096 to 16777216, got %d", o.MaxHeaderBytes)
+	}
+	if o.HTTP2MaxStreamsPerConn < 1 || o.HTTP2MaxStreamsPerConn > 1<<30 {
+		bad("--http2-max-streams-per-conn must be from 1 to 1073741824, got %d", o.HTTP2MaxStreamsPerConn)
+	}
+	if o.RequestBuffer < 0 || o.RequestBuffer > maxRequestBuffer {
+		bad("--request-buffer must be from 0 (off) to %d, got %d", maxRequestBuffer, o.RequestBuffer)
 	}
 	if o.RetentionDays < 35 || o.RetentionDays > 3660 {
 		bad("--stats-retention-days must be from 35 to 3660, got %d", o.RetentionDays)

@@ -17,7 +17,7 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "all set", args: []string{"--http-addr", "127.0.0.1:8080", "--https-addr", ":8443", "--admin-addr", "127.0.0.1:0",
 			"--drain-timeout", "5s", "--log-level", "debug", "--log-format", "console", "--trusted-proxies", "10.0.0.0/8, 192.168.1.1",
 			"--max-header-bytes", "8192", "--stats-retention-days", "40", "--http3=false", "--access-log", "--metrics-per-host",
-			"--client-body-timeout", "10s", "--client-send-timeout", "1m"}},
+			"--client-body-timeout", "10s", "--client-send-timeout", "1m", "--http2-max-streams-per-conn", "100", "--request-buffer", "0"}},
 		{name: "bad http addr", args: []string{"--http-addr", "nonsense"}, want: []string{"--http-addr"}},
 		{name: "bad port", args: []string{"--https-addr", ":99999"}, want: []string{"--https-addr"}},
 		{name: "hostname addr", args: []string{"--admin-addr", "example.com:9090"}, want: []string{"--admin-addr"}},
@@ -32,7 +32,10 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "idle timeout", args: []string{"--idle-timeout", "0s"}, want: []string{"--idle-timeout"}},
 		{name: "client body timeout", args: []string{"--client-body-timeout", "0s"}, want: []string{"--client-body-timeout"}},
 		{name: "client send timeout", args: []string{"--client-send-timeout", "-5s"}, want: []string{"--client-send-timeout"}},
+		{name: "request buffer negative", args: []string{"--request-buffer", "-1"}, want: []string{"--request-buffer"}},
+		{name: "request buffer too large", args: []string{"--request-buffer", "17000000"}, want: []string{"--request-buffer"}},
 		{name: "max header bytes", args: []string{"--max-header-bytes", "10"}, want: []string{"--max-header-bytes"}},
+		{name: "http2 streams per connection", args: []string{"--http2-max-streams-per-conn", "0"}, want: []string{"--http2-max-streams-per-conn"}},
 		{name: "retention", args: []string{"--stats-retention-days", "7"}, want: []string{"--stats-retention-days"}},
 		{name: "trusted proxies", args: []string{"--trusted-proxies", "10.0.0.0/8,banana"}, want: []string{"banana"}},
 		{name: "relay ca with routes", args: []string{"--routes", "x.json", "--relay-ca", "ca.pem"}, want: []string{"--relay-ca"}},
@@ -69,6 +72,19 @@ func TestFlagsValidate(t *testing.T) {
 	}
 }
 
+// TestRequestBufferFlag: --request-buffer's 0 turns holding off (a negative
+// proxy.Config.RequestBuffer, whose zero is the default), any other value goes as it is.
+func TestRequestBufferFlag(t *testing.T) {
+	for _, tc := range []struct {
+		flag, want int64
+	}{{0, -1}, {1, 1}, {64 << 10, 64 << 10}} {
+		o := options{RequestBuffer: tc.flag}
+		if got := o.requestBuffer(); got != tc.want {
+			t.Errorf("--request-buffer %d gives Config.RequestBuffer %d, want %d", tc.flag, got, tc.want)
+		}
+	}
+}
+
 func TestFlagDefaultsMatchContract(t *testing.T) {
 	o := defaultOptions()
 	if o.HTTPAddr != ":80" || o.HTTPSAddr != ":443" || o.AdminAddr != "127.0.0.1:9090" || !o.HTTP3 ||
@@ -77,7 +93,8 @@ func TestFlagDefaultsMatchContract(t *testing.T) {
 	}
 	if o.DialTimeout != 5*time.Second || o.ResponseHeaderTimeout != 60*time.Second ||
 		o.ReadHeaderTimeout != 10*time.Second || o.IdleTimeout != 120*time.Second || o.MaxHeaderBytes != 64<<10 ||
-		o.ClientBodyTimeout != 30*time.Second || o.ClientSendTimeout != 30*time.Second {
+		o.ClientBodyTimeout != 30*time.Second || o.ClientSendTimeout != 30*time.Second || o.HTTP2MaxStreamsPerConn != 1000 ||
+		o.RequestBuffer != 64<<10 {
 		t.Fatalf("data-plane defaults differ from the brief: %+v", o)
 	}
 }

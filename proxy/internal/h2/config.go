@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"time"
 )
@@ -51,10 +52,29 @@ type Config struct {
 	// and request heads over MaxHeaderBytes (each counts as oversizeHeadResets): a bucket of ResetBurst tokens refilled at ResetRate per second (defaults
 	// 2*MaxConcurrentStreams and 100). When empty the connection ends with
 	// ENHANCE_YOUR_CALM (CVE-2023-44487, CVE-2025-8671).
+	//
+	// A reset the client sends costs one token whenever it arrives: while the stream's
+	// handler works, after it returned, or after the stream closed (lateframes.go). So
+	// does the first frame that arrives on a stream after the engine reset it (request
+	// trailers or body in flight, ignored as RFC 9113 §5.1 says), and a request above
+	// the last stream id of a GOAWAY the engine sent (ignored, RFC 9113 §6.8; a request
+	// head over MaxHeaderBytes costs oversizeHeadResets wherever it goes). A browser sends at
+	// most one such frame per stream, when a cancel crosses the answer, and never has
+	// more than MaxConcurrentStreams streams to cancel at once: the default burst is
+	// every stream cancelled twice in a row, the rate far above any page's cancels.
+	// Without this, HEADERS then RST_STREAM after the answer cost the client nothing
+	// while every stream was a full request to the target (issue 25).
 	ResetBurst, ResetRate int
 	// JunkBurst and JunkRate bound frames that make no progress (PING, SETTINGS,
 	// PRIORITY, empty DATA, unknown types), likewise (defaults 1000 and 500 per second).
 	JunkBurst, JunkRate int
+	// MaxStreams is how many streams a connection may open in all (default 1000, as
+	// nginx's keepalive_requests). The stream that reaches it is served, and with it
+	// goes a GOAWAY(NO_ERROR) naming it as the last: later streams are ignored (RFC 9113
+	// §6.8), the streams in progress finish, then the connection closes. An honest
+	// client reconnects; a flood over pre-opened connections loses its lever, since a
+	// new connection meets the listener's checks (the caller's penalty) again.
+	MaxStreams uint32
 	// OnAbuse, when set, is told once, from the read loop, that the connection is being
 	// ended for abuse (a budget above exhausted: GOAWAY ENHANCE_YOUR_CALM), with a fixed
 	// text saying which. The engine's budgets are per connection and a client can
@@ -64,6 +84,16 @@ type Config struct {
 	// OnPanic, when set, is told about a handler that panicked (its stream was reset with
 	// INTERNAL_ERROR) instead of the panic going on and ending the process.
 	OnPanic func(v any, stack []byte)
+	// ParkAfter, when positive, parks a connection that had no stream and nothing to
+	// write for this long (park.go): Serve or Resume returns ErrParked, and the
+	// connection holds no goroutine and no buffer until the caller calls Resume. Zero:
+	// connections never park.
+	ParkAfter time.Duration
+	// EncoderTableSize is the response encoder's HPACK dynamic table (default 4096, the
+	// most RFC 7541 allows without the client's leave, and the client's
+	// SETTINGS_HEADER_TABLE_SIZE lowers it further). A smaller table costs bytes on the
+	// wire and saves per-connection memory; -1 means none (0 is the default).
+	EncoderTableSize int
 	// EnableConnectProtocol advertises SETTINGS_ENABLE_CONNECT_PROTOCOL and accepts
 	// extended CONNECT (RFC 8441) requests.
 	EnableConnectProtocol bool
@@ -93,6 +123,9 @@ func (c *Config) setDefaults() {
 		c.ConnWindow = 4 << 20
 	}
 	defInt(&c.StreamBuffer, 64<<10)
+	if c.EncoderTableSize == 0 || c.EncoderTableSize > defaultEncoderTable {
+		c.EncoderTableSize = defaultEncoderTable
+	}
 	defInt(&c.WriteBufferSize, defaultWriteBuffer)
 	def(&c.PrefaceTimeout, 10*time.Second)
 	def(&c.HeaderTimeout, 10*time.Second)
@@ -106,18 +139,27 @@ func (c *Config) setDefaults() {
 	defInt(&c.ResetRate, 100)
 	defInt(&c.JunkBurst, 1000)
 	defInt(&c.JunkRate, 500)
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 1000
+	}
 }
 
 const (
 	initialWindow   = 65535 // RFC 9113 §6.9.2
 	maxWindow       = 1<<31 - 1
 	defaultMaxFrame = 16384
+	// defaultEncoderTable is HPACK's initial dynamic table size (RFC 7541 §4.2).
+	defaultEncoderTable = 4096
 )
 
 // Errors a handler sees from Stream methods.
 var (
 	// ErrStreamReset: the stream was reset, by the client or by the engine.
 	ErrStreamReset = errors.New("h2: stream reset")
+	// ErrMalformedBody: the engine reset the stream with PROTOCOL_ERROR because its DATA
+	// did not add up to its content-length (a malformed request, RFC 9113 §8.1.1). It
+	// is an ErrStreamReset too (errors.Is).
+	ErrMalformedBody = fmt.Errorf("%w: its DATA differ from its content-length", ErrStreamReset)
 	// ErrConnClosed: the connection is gone.
 	ErrConnClosed = errors.New("h2: connection closed")
 	// ErrWriteStalled: the client kept the stream's window shut for WriteTimeout.

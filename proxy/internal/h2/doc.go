@@ -20,6 +20,15 @@
 // only when nothing more is queued, so a small response's HEADERS and DATA(END_STREAM)
 // leave in one write and, under load, several responses share one.
 //
+// # Idle connections
+//
+// A connection without streams and with nothing to write for Config.ParkAfter parks
+// (park.go): its writer goroutine ends, its buffers go back to pools or are dropped,
+// and Serve returns ErrParked, so that the caller can wait for the socket without a
+// goroutine and call Resume when it is readable. The connection's state (settings,
+// windows, budgets, the request decoder's HPACK table) stays; the response encoder
+// starts afresh and tells the client so.
+//
 // # Limits
 //
 // Everything a client can make the connection hold is bounded (config.go): streams
@@ -32,7 +41,16 @@
 // them), and frames that do no work (token buckets whose exhaustion ends the connection with ENHANCE_YOUR_CALM;
 // WINDOW_UPDATEs are free up to two per DATA frame sent and per stream opened).
 //
+// A reset the client sends is charged whenever it arrives, also after the stream's
+// answer is complete, and so is the first frame that arrives on a stream after the
+// engine reset it (trailers or body in flight, ignored as RFC 9113 §5.1 says:
+// lateframes.go). A connection serves MaxStreams streams in all (default 1000), then
+// asks the client to go away (GOAWAY NO_ERROR naming the last stream it serves) and
+// closes once those are done.
+//
 // These budgets are per connection. A verdict of abuse (ENHANCE_YOUR_CALM) is reported
 // to Config.OnAbuse, so that the caller can refuse the client's next connections for a
-// while: a reconnecting flood would otherwise get a fresh budget every time.
+// while: a reconnecting flood would otherwise get a fresh budget every time. A verdict
+// the caller reaches itself (a penalty of the client's address) ends the connections it
+// already holds with [Conn.Abort].
 package h2

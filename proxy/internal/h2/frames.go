@@ -70,17 +70,32 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		return c.onTrailers(st, b)
 	}
 	if id <= c.maxSeen {
+		// Trailers (or anything) in flight when we reset the stream, or on a stream
+		// above our GOAWAY's last id, are ignored (lateframes.go); the block was
+		// decoded all the same, the HPACK table is in step.
+		if ignored, err := c.ignoreLate(id, true); ignored {
+			return c.chargeHead(b, err)
+		}
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
 	}
 	c.maxSeen = id
-	if b.selfDep {
-		return c.refuse(id, http2.ErrCodeProtocol)
-	}
 	if c.goingAway {
-		return nil // above the GOAWAY's last stream id: ignored
+		// Above the GOAWAY's last stream id: ignored, which is refusing it silently,
+		// and charged as a refused stream (the block was decoded), an oversized one as
+		// a 431 would be.
+		return c.chargeHead(b, c.spendReset())
+	}
+	if c.opened++; c.opened >= c.cfg.MaxStreams {
+		// The connection's last stream: served, and announced as the last one
+		// (Config.MaxStreams). Later ones are ignored, and the connection closes
+		// once its streams are done.
+		c.goAwayLocked(http2.ErrCodeNo)
+	}
+	if b.selfDep {
+		return c.chargeHead(b, c.refuse(id, http2.ErrCodeProtocol))
 	}
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
-		return c.refuse(id, http2.ErrCodeRefusedStream)
+		return c.chargeHead(b, c.refuse(id, http2.ErrCodeRefusedStream))
 	}
 	h := c.h
 	if b.truncated {
@@ -117,6 +132,18 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 	return nil
 }
 
+// chargeHead adds to what refusing or ignoring the head of block b cost (err, the
+// verdict of that charge) the price of an oversized head (oversizeHeadResets), which is
+// its price when it is answered 431: the block was decoded all the same, and an HPACK
+// bomb must not become cheaper when the engine refuses it (MaxConcurrentStreams at work)
+// or ignores it (above a GOAWAY's last stream id, on a stream the engine reset).
+func (c *Conn) chargeHead(b *headerBlock, err error) error {
+	if err != nil || !b.truncated {
+		return err
+	}
+	return c.spendResets(oversizeHeadResets)
+}
+
 // oversizeHeadResets is what a request head over MaxHeaderBytes costs of the reset
 // budget. With the defaults (a burst of 256, 100 a second) a client may send 16 of them
 // back to back and about 6 a second after that. Charged as one reset each, an HPACK
@@ -149,7 +176,7 @@ func (c *Conn) onTrailers(st *Stream, b *headerBlock) error {
 // endRemote records the end of the request body.
 func (c *Conn) endRemote(st *Stream) error {
 	if cl := st.req.ContentLength; cl >= 0 && st.inTotal != cl {
-		return c.streamError(st, http2.ErrCodeProtocol)
+		return c.streamErrorFor(st, http2.ErrCodeProtocol, ErrMalformedBody)
 	}
 	st.remoteDone = true
 	st.signal()
@@ -172,12 +199,18 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
 		}
 		if st == nil {
-			// Frames in flight when the stream ended are normal; a stream of them is
-			// charged like any frame that does no work.
+			// A body in flight when we reset the stream is ignored (lateframes.go).
+			if ignored, err := c.ignoreLate(id, false); ignored {
+				return err
+			}
+			// On a stream the client ended, or one closed long ago: a stream error,
+			// charged like any frame that does no work. The stream is then
+			// remembered as reset: what else is in flight on it is ignored, not
+			// answered with a RST_STREAM each.
 			if err := c.spendJunk(); err != nil {
 				return err
 			}
-			return c.queueCtrl(item{kind: itReset, id: id, code: http2.ErrCodeStreamClosed})
+			return c.queueReset(id, http2.ErrCodeStreamClosed)
 		}
 		if st.reset {
 			return nil // in flight when we reset it
@@ -204,7 +237,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	}
 	st.inTotal += int64(len(data))
 	if cl := st.req.ContentLength; cl >= 0 && st.inTotal > cl {
-		return c.streamError(st, http2.ErrCodeProtocol)
+		return c.streamErrorFor(st, http2.ErrCodeProtocol, ErrMalformedBody)
 	}
 	if len(data) > 0 {
 		st.in = append(st.in, data...)
@@ -324,12 +357,16 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 		if f.StreamID > c.maxSeen {
 			return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
 		}
-		return nil
-	}
-	if !st.handlerDone {
-		if err := c.spendReset(); err != nil {
+		// A reset of a stream that is over: ignored, and charged (lateframes.go).
+		if ignored, err := c.ignoreLate(f.StreamID, false); ignored {
 			return err
 		}
+		return c.spendReset()
+	}
+	// Charged whether or not the handler still works: a reset once the answer is
+	// complete is still one stream's work (the target's) thrown away.
+	if err := c.spendReset(); err != nil {
+		return err
 	}
 	st.resetLocked(ErrStreamReset)
 	c.closeStream(st)
@@ -340,8 +377,13 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 // still works are charged: a client must not be able to make us reset streams for
 // free while their work goes on (CVE-2025-8671).
 func (c *Conn) streamError(st *Stream, code http2.ErrCode) error {
+	return c.streamErrorFor(st, code, ErrStreamReset)
+}
+
+// streamErrorFor is streamError whose Read and Write return err.
+func (c *Conn) streamErrorFor(st *Stream, code http2.ErrCode, err error) error {
 	charge := !st.handlerDone
-	if err := c.resetStream(st, code, ErrStreamReset); err != nil {
+	if err := c.resetStream(st, code, err); err != nil {
 		return err
 	}
 	if charge {
@@ -352,10 +394,17 @@ func (c *Conn) streamError(st *Stream, code http2.ErrCode) error {
 
 // refuse resets a stream that never started, and charges it.
 func (c *Conn) refuse(id uint32, code http2.ErrCode) error {
-	if err := c.queueCtrl(item{kind: itReset, id: id, code: code}); err != nil {
+	if err := c.queueReset(id, code); err != nil {
 		return err
 	}
 	return c.spendReset()
+}
+
+// queueReset queues RST_STREAM for id and remembers it, so that the frames the client
+// sent before the reset reached it are ignored (lateframes.go).
+func (c *Conn) queueReset(id uint32, code http2.ErrCode) error {
+	c.noteReset(id)
+	return c.queueCtrl(item{kind: itReset, id: id, code: code})
 }
 
 // closeStream removes st from the open streams; its slot is free once its handler
@@ -394,7 +443,11 @@ func (c *Conn) releaseSlot() {
 		// timeout starts now.
 		c.dlSetAt, c.dlIdle = now, true
 		// Its free streams and parked workers (the last stream's worker parks right
-		// after this) go after reuseIdle.
-		_ = c.nc.SetReadDeadline(now.Add(min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)))
+		// after this) go after reuseIdle, or when it parks (park.go).
+		d := min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)
+		if c.cfg.ParkAfter > 0 {
+			d = min(d, c.cfg.ParkAfter)
+		}
+		_ = c.nc.SetReadDeadline(now.Add(d))
 	}
 }
