@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/serve-zone/ingress/proxy/internal/clients"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -64,6 +65,9 @@ type h3Conn struct {
 	conn            *quic.Conn
 	sni             sync.Once // the SNI attribution, once the handshake is complete
 	connAttribution           // counted once under a hostname
+	// hold is the connection's place in its client address's budgets (budgets.go),
+	// given back when the connection ends; zero for a trusted proxy's.
+	hold clients.Hold
 }
 
 type h3ConnKey struct{}

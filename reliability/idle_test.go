@@ -100,7 +100,8 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 		t.Fatalf("the descriptor limit is %d; this test needs %d in this process and in the binary (raise the hard limit: ulimit -Hn)", lim, idleConns+1000)
 	}
 	const host = "idle.rel.test"
-	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))))
+	// All from 127.0.0.1: lift the per-address connection budget (512 by default).
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0")
 	warm := openIdle(t, p.HTTP, host, 100) // the pools and the runtime warmed up
 	closeAll(warm)
 	testwait.UntilWhy(t, waitLimit, "warm-up connections closed", func() (bool, string) {

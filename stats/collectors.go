@@ -20,7 +20,7 @@ type collector struct {
 	opts   CollectorOptions
 
 	requests, bytes, unknown, failures, inFlight, conns, websockets, tlsFailures *prometheus.Desc
-	abuse, penalized                                                             *prometheus.Desc
+	abuse, penalized, refusals                                                   *prometheus.Desc
 	hostRequests, hostBytes                                                      *prometheus.Desc
 }
 
@@ -53,6 +53,8 @@ func NewCollector(reg *Registry, totals *Totals, opts CollectorOptions) promethe
 			"Client connections ended for abuse (HTTP/2 floods, GOAWAY ENHANCE_YOUR_CALM); each penalises the client's address for a while.", nil, nil),
 		penalized: prometheus.NewDesc("ingress_penalized_connections_total",
 			"Client connections closed at accept, before any TLS or HTTP, because their address is penalised for abuse.", nil, nil),
+		refusals: prometheus.NewDesc("ingress_refusals_total",
+			"What was refused to a client before any target saw it, by kind: connections, requests and tunnels over their address's budget, connections of penalised addresses (penalty on TCP, http3-penalty on QUIC).", []string{"kind"}, nil),
 		hostRequests: prometheus.NewDesc("ingress_host_requests_total",
 			"Requests for a route hostname today (UTC); resets at midnight.", []string{"hostname"}, nil),
 		hostBytes: prometheus.NewDesc("ingress_host_bytes_total",
@@ -63,7 +65,7 @@ func NewCollector(reg *Registry, totals *Totals, opts CollectorOptions) promethe
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.totals != nil {
-		for _, d := range []*prometheus.Desc{c.requests, c.bytes, c.unknown, c.failures, c.inFlight, c.conns, c.websockets, c.tlsFailures, c.abuse, c.penalized} {
+		for _, d := range []*prometheus.Desc{c.requests, c.bytes, c.unknown, c.failures, c.inFlight, c.conns, c.websockets, c.tlsFailures, c.abuse, c.penalized, c.refusals} {
 			ch <- d
 		}
 	}
@@ -99,7 +101,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.websockets, t.websockets.Load())
 		counter(c.tlsFailures, t.tlsFailures.Load())
 		counter(c.abuse, t.abuse.Load())
-		counter(c.penalized, t.penalized.Load())
+		counter(c.penalized, t.refusals[RefusalPenalty].Load())
+		for k := range numRefusalKinds {
+			counter(c.refusals, t.refusals[k].Load(), k.String())
+		}
 	}
 	if c.opts.PerHost && c.reg != nil {
 		for _, h := range c.reg.todayCounters() {

@@ -40,6 +40,10 @@ type options struct {
 	ClientBodyTimeout     time.Duration
 	ClientSendTimeout     time.Duration
 
+	MaxConnsPerClient    int
+	MaxRequestsPerClient int
+	MaxTunnelsPerClient  int
+
 	MetricsPerHost bool
 	RetentionDays  int
 
@@ -70,6 +74,9 @@ func defaultOptions() options {
 		MaxHeaderBytes:        64 << 10,
 		ClientBodyTimeout:     30 * time.Second,
 		ClientSendTimeout:     30 * time.Second,
+		MaxConnsPerClient:     512,
+		MaxRequestsPerClient:  512,
+		MaxTunnelsPerClient:   256,
 		RetentionDays:         35,
 	}
 }
@@ -99,6 +106,9 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", o.ClientBodyTimeout, "a request body must deliver at least 1 KiB (or its rest) in every window of this length, else 408")
 	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
+	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "open connections one client address (IPv6: its /64) may have, TCP and QUIC together; one more is refused at accept; 0: no limit")
+	fs.IntVar(&o.MaxRequestsPerClient, "max-requests-per-client", o.MaxRequestsPerClient, "requests (HTTP/2, HTTP/3 streams) one client address may have in flight; one more gets REFUSED_STREAM (HTTP/2) or 503 with Retry-After; 0: no limit")
+	fs.IntVar(&o.MaxTunnelsPerClient, "max-tunnels-per-client", o.MaxTunnelsPerClient, "WebSocket tunnels one client address may have open; one more gets 503 with Retry-After; 0: no limit")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
@@ -171,6 +181,14 @@ func (o *options) validate() error {
 	if o.MaxHeaderBytes < 4096 || o.MaxHeaderBytes > 16<<20 {
 		bad("--max-header-bytes must be from 4096 to 16777216, got %d", o.MaxHeaderBytes)
 	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"max-conns-per-client", o.MaxConnsPerClient}, {"max-requests-per-client", o.MaxRequestsPerClient}, {"max-tunnels-per-client", o.MaxTunnelsPerClient}} {
+		if b.v < 0 {
+			bad("--%s must be 0 (no limit) or more, got %d", b.name, b.v)
+		}
+	}
 	if o.RetentionDays < 35 || o.RetentionDays > 3660 {
 		bad("--stats-retention-days must be from 35 to 3660, got %d", o.RetentionDays)
 	}
@@ -195,4 +213,13 @@ func (o *options) validate() error {
 	}
 	o.validateACME(bad)
 	return errors.Join(errs...)
+}
+
+// budgetFlag is a --max-*-per-client value as proxy.Config takes it: the flag's 0 (no
+// limit) is the Config's negative (its 0 is the default).
+func budgetFlag(v int) int {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

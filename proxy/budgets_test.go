@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/stats"
+)
+
+// The per-address budgets (budgets.go). Clients pose as different addresses by binding
+// to other loopback addresses (127.0.0.0/8 is all loopback on Linux).
+
+var (
+	addrA = netip.MustParseAddr("127.0.0.1")
+	addrB = netip.MustParseAddr("127.0.0.2")
+)
+
+// dialFrom dials addr over TCP from the local address from; closed at cleanup.
+func dialFrom(t testing.TB, from netip.Addr, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// tlsFrom is dialFrom with a TLS handshake (HTTP/1.1 by ALPN); the error is the
+// handshake's.
+func tlsFrom(t testing.TB, from netip.Addr, addr string) (*tls.Conn, error) {
+	t.Helper()
+	c := tls.Client(dialFrom(t, from, addr), &tls.Config{InsecureSkipVerify: true, ServerName: "app.example.test", NextProtos: []string{"http/1.1"}})
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	err := c.Handshake()
+	_ = c.SetDeadline(time.Time{})
+	return c, err
+}
+
+// getOn sends a GET for app.example.test on c and returns the answer's status (0 and
+// the error when none came).
+func getOn(c net.Conn, br *bufio.Reader) (int, error) {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n"); err != nil {
+		return 0, err
+	}
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+// refusedAtAccept asserts that c, just dialled, is closed by the proxy without a byte
+// of answer (reset or EOF, not a timeout).
+func refusedAtAccept(t *testing.T, what string, c net.Conn) {
+	t.Helper()
+	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.Read(make([]byte, 64))
+	var ne net.Error
+	if n > 0 || err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("%s: read %d bytes, %v; want the connection refused (reset)", what, n, err)
+	}
+}
+
+// TestConnBudget: an address's connections are counted across the plain and TLS
+// listeners; the one beyond the budget is refused at accept (before its TLS handshake)
+// while another address is served, a closed connection gives its place back, and the
+// refusals are counted under their kind.
+func TestConnBudget(t *testing.T) {
+	const budget = 3
+	e := newEnv(t, func(c *Config) { c.MaxConnsPerClient = budget })
+	e.tlsRoute("app.example.test", backend(t, echoInfo()))
+
+	// Two plain connections and one TLS connection from A, each served once.
+	var held []net.Conn
+	for i := range budget {
+		var c net.Conn
+		if i < 2 {
+			c = dialFrom(t, addrA, e.http)
+		} else {
+			tc, err := tlsFrom(t, addrA, e.https)
+			if err != nil {
+				t.Fatalf("TLS connection %d under the budget: %v", i+1, err)
+			}
+			c = tc
+		}
+		if st, err := getOn(c, bufio.NewReader(c)); st != http.StatusOK {
+			t.Fatalf("connection %d under the budget: %d %v", i+1, st, err)
+		}
+		held = append(held, c)
+	}
+	if u := e.srv.clients.Usage(addrA); u.Conns != budget {
+		t.Fatalf("A holds %d connections, want %d", u.Conns, budget)
+	}
+
+	// The next one from A is refused on either listener; TLS gets no handshake.
+	refusedAtAccept(t, "plain connection over the budget", dialFrom(t, addrA, e.http))
+	if _, err := tlsFrom(t, addrA, e.https); err == nil {
+		t.Fatal("a TLS connection over the budget completed its handshake")
+	}
+
+	// B is served meanwhile, on both listeners.
+	cb := dialFrom(t, addrB, e.http)
+	if st, err := getOn(cb, bufio.NewReader(cb)); st != http.StatusOK {
+		t.Fatalf("another address: %d %v", st, err)
+	}
+	tb, err := tlsFrom(t, addrB, e.https)
+	if err != nil {
+		t.Fatalf("another address over TLS: %v", err)
+	}
+	if st, err := getOn(tb, bufio.NewReader(tb)); st != http.StatusOK {
+		t.Fatalf("another address over TLS: %d %v", st, err)
+	}
+
+	// A closed connection gives its place back.
+	held[0].Close()
+	testwait.UntilWhy(t, 5*time.Second, "A's closed connection given back", func() (bool, string) {
+		u := e.srv.clients.Usage(addrA)
+		return u.Conns == budget-1, "A holds " + strconv.Itoa(u.Conns)
+	})
+	c := dialFrom(t, addrA, e.http)
+	if st, err := getOn(c, bufio.NewReader(c)); st != http.StatusOK {
+		t.Fatalf("after a close: %d %v", st, err)
+	}
+
+	snap := e.totals.Snapshot()
+	if got := snap.Refusals[stats.RefusalConnections]; got != 2 {
+		t.Fatalf("%d connection refusals counted, want 2", got)
+	}
+	if snap.PenalizedRefusals != 0 {
+		t.Fatalf("budget refusals counted as penalties (%d)", snap.PenalizedRefusals)
+	}
+}
+
+// TestConnBudgetTrustedExempt: a trusted proxy's connections are not counted.
+func TestConnBudgetTrustedExempt(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.MaxConnsPerClient = 1
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	})
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
+	for i := range 4 {
+		c := dialFrom(t, addrA, e.http)
+		if st, err := getOn(c, bufio.NewReader(c)); st != http.StatusOK {
+			t.Fatalf("trusted connection %d: %d %v", i+1, st, err)
+		}
+	}
+	if n := e.srv.clients.Len(); n != 0 {
+		t.Fatalf("%d addresses counted, want none (trusted)", n)
+	}
+	if got := e.totals.Snapshot().Refusals[stats.RefusalConnections]; got != 0 {
+		t.Fatalf("%d refusals of a trusted proxy", got)
+	}
+}
+
+// TestConnBudgetGivenBackEveryWay: whatever way a connection ends (fast path, hand-off
+// to net/http, HTTP/2, closed by the client while parked or busy), its place is given
+// back: no address is left counted once its connections are gone.
+func TestConnBudgetGivenBackEveryWay(t *testing.T) {
+	e := newEnv(t)
+	e.tlsRoute("app.example.test", backend(t, echoInfo()))
+	for i, cl := range []*http.Client{e.h1Client(), e.h2cClient(), e.tlsClient(false), e.tlsClient(true)} {
+		url := "http://app.example.test/"
+		if i >= 2 {
+			url = "https://app.example.test/"
+		}
+		for range 3 {
+			res, err := cl.Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+		}
+		// A chunked upload goes through net/http's front-end (a hand-off).
+		res, err := cl.Post(url, "text/plain", io.MultiReader(stringsReader("a"), stringsReader("b")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		cl.CloseIdleConnections()
+	}
+	testwait.UntilWhy(t, 5*time.Second, "every connection's place given back", func() (bool, string) {
+		return e.srv.clients.Len() == 0, "A holds " + strconv.Itoa(e.srv.clients.Usage(addrA).Conns)
+	})
+}
