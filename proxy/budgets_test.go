@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -197,4 +199,106 @@ func TestConnBudgetGivenBackEveryWay(t *testing.T) {
 	testwait.UntilWhy(t, 5*time.Second, "every connection's place given back", func() (bool, string) {
 		return e.srv.clients.Len() == 0, "A holds " + strconv.Itoa(e.srv.clients.Usage(addrA).Conns)
 	})
+}
+
+// sendGet writes a GET of path for app.example.test on c without reading the answer.
+func sendGet(t testing.TB, c net.Conn, path string) {
+	t.Helper()
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: app.example.test\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readAnswer reads one answer on br and returns it (its body read).
+func readAnswer(t testing.TB, c net.Conn, br *bufio.Reader) *http.Response {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res
+}
+
+// TestRequestBudget: requests in flight are counted per address across its HTTP/1.1
+// connections and HTTP/2 streams; with the budget spent, the next request gets 503 with
+// Retry-After: 1 on HTTP/1.1 and REFUSED_STREAM on HTTP/2 (503 where net/http serves
+// HTTP/2), the target never sees it, another address is served meanwhile, and once the
+// slow requests finish the address is served again. On net/http's front-end too (h1Off).
+func TestRequestBudget(t *testing.T) {
+	for _, h1Off := range []bool{false, true} {
+		t.Run("h1Off="+strconv.FormatBool(h1Off), func(t *testing.T) { testRequestBudget(t, h1Off) })
+	}
+}
+
+func testRequestBudget(t *testing.T, h1Off bool) {
+	const budget = 3
+	e := newEnv(t, func(c *Config) { c.MaxRequestsPerClient = budget; c.h1Off = h1Off })
+	tg := newSlowTarget(t)
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{tg.addr}}})
+
+	// Two slow HTTP/1.1 requests on two connections and one slow HTTP/2 stream, all from A.
+	h1a, h1b := dialFrom(t, addrA, e.http), dialFrom(t, addrA, e.http)
+	sendGet(t, h1a, "/slow")
+	sendGet(t, h1b, "/slow")
+	h2 := newH2Cli(t, dialFrom(t, addrA, e.http))
+	h2.get(t, 1, "app.example.test", "/slow")
+	tg.waitArrivals(t, budget)
+	if u := e.srv.clients.Usage(addrA); u.Requests != budget {
+		t.Fatalf("A has %d requests in flight, want %d", u.Requests, budget)
+	}
+
+	// Over the budget: refused on either protocol; the target sees neither.
+	h1c := dialFrom(t, addrA, e.http)
+	brc := bufio.NewReader(h1c)
+	sendGet(t, h1c, "/")
+	if res := readAnswer(t, h1c, brc); res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("HTTP/1.1 request over the budget: %s, Retry-After %q; want 503, 1", res.Status, res.Header.Get("Retry-After"))
+	}
+	h2.get(t, 3, "app.example.test", "/")
+	ev := h2.wait(t, 3)
+	switch {
+	case !h1Off && !(ev.reset && ev.rst == http2.ErrCodeRefusedStream):
+		t.Fatalf("HTTP/2 stream over the budget: %+v; want RST_STREAM REFUSED_STREAM", ev)
+	case h1Off && ev.status != http.StatusServiceUnavailable:
+		t.Fatalf("HTTP/2 stream over the budget on net/http's server: %+v; want 503", ev)
+	}
+
+	// Another address is served meanwhile.
+	cb := dialFrom(t, addrB, e.http)
+	if st, err := getOn(cb, bufio.NewReader(cb)); st != http.StatusOK {
+		t.Fatalf("another address: %d %v", st, err)
+	}
+	if n := tg.seen.Load(); n != budget+1 {
+		t.Fatalf("the target saw %d requests, want %d (the refused ones never reach it)", n, budget+1)
+	}
+
+	// The slow ones finish; A is served again on both protocols.
+	tg.free()
+	for _, c := range []net.Conn{h1a, h1b} {
+		if res := readAnswer(t, c, bufio.NewReader(c)); res.StatusCode != http.StatusOK {
+			t.Fatalf("slow request: %s", res.Status)
+		}
+	}
+	if ev := h2.wait(t, 1); ev.status != http.StatusOK {
+		t.Fatalf("slow stream: %+v", ev)
+	}
+	testwait.UntilWhy(t, 5*time.Second, "A's requests ended", func() (bool, string) {
+		u := e.srv.clients.Usage(addrA)
+		return u.Requests == 0, strconv.Itoa(u.Requests) + " in flight"
+	})
+	sendGet(t, h1c, "/")
+	if res := readAnswer(t, h1c, brc); res.StatusCode != http.StatusOK {
+		t.Fatalf("after the slow requests: %s", res.Status)
+	}
+	h2.get(t, 5, "app.example.test", "/")
+	if ev := h2.wait(t, 5); ev.status != http.StatusOK {
+		t.Fatalf("stream after the slow requests: %+v", ev)
+	}
+	if got := e.totals.Snapshot().Refusals[stats.RefusalRequests]; got != 2 {
+		t.Fatalf("%d request refusals counted, want 2", got)
+	}
 }

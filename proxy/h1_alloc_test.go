@@ -36,6 +36,9 @@ func TestH1HotPathAllocs(t *testing.T) {
 		do()
 	}
 	allocs := testing.AllocsPerRun(2000, do)
+	if u := e.srv.clients.Usage(addrA); u.Conns != 1 {
+		t.Fatalf("the client's address holds %d connections, want 1: the measured path must count budgets (budgets.go)", u.Conns)
+	}
 	if failed != nil {
 		t.Fatal(failed)
 	}
