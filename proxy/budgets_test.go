@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -9,9 +10,11 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"golang.org/x/net/http2"
 
 	"github.com/serve-zone/ingress/internal/testwait"
@@ -301,4 +304,92 @@ func testRequestBudget(t *testing.T, h1Off bool) {
 	if got := e.totals.Snapshot().Refusals[stats.RefusalRequests]; got != 2 {
 		t.Fatalf("%d request refusals counted, want 2", got)
 	}
+}
+
+// TestTunnelBudget: WebSocket tunnels are counted per address across HTTP/1.1 upgrades
+// and HTTP/2 extended CONNECTs; the one beyond the budget gets 503 with Retry-After: 1
+// before any target is contacted, ordinary requests from the address still pass (a
+// tunnel is not a request in flight), and a closed tunnel gives its place back.
+func TestTunnelBudget(t *testing.T) {
+	const budget = 2
+	e := newEnv(t, func(c *Config) { c.MaxTunnelsPerClient = budget })
+	var upgrades atomic.Int64
+	echo := wsEcho(t)
+	counting := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upgrades.Add(1)
+		proxyTo(w, r, echo)
+	}))
+	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{counting}}, {host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	dial := func() (*websocket.Conn, *http.Response, error) {
+		return websocket.Dial(ctx, "ws://"+e.http+"/ws", &websocket.DialOptions{Host: "ws.example.test", HTTPClient: e.h1Client()})
+	}
+	first, _, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.CloseNow()
+	res, w := extendedConnect(t, e.http, "ws.example.test", "/ws", "websocket", "sec-websocket-version", "13")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP/2 tunnel under the budget: %d", res.StatusCode)
+	}
+	defer w.Close()
+	testwait.UntilWhy(t, 5*time.Second, "two tunnels counted", func() (bool, string) {
+		u := e.srv.clients.Usage(addrA)
+		return u.Tunnels == budget, strconv.Itoa(u.Tunnels) + " tunnels"
+	})
+
+	// Beyond the budget, on either protocol: 503, Retry-After: 1, no target contacted.
+	_, res, err = dial()
+	if err == nil || res == nil || res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("HTTP/1.1 WebSocket over the budget: %v %+v; want 503 with Retry-After: 1", err, res)
+	}
+	if res, _ := extendedConnect(t, e.http, "ws.example.test", "/ws", "websocket", "sec-websocket-version", "13"); res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP/2 WebSocket over the budget: %d, want 503", res.StatusCode)
+	}
+	if n := upgrades.Load(); n != budget {
+		t.Fatalf("the target saw %d upgrades, want %d", n, budget)
+	}
+	// Requests are another budget.
+	c := dialFrom(t, addrA, e.http)
+	if st, err := getOn(c, bufio.NewReader(c)); st != http.StatusOK {
+		t.Fatalf("a request while the tunnels are open: %d %v", st, err)
+	}
+
+	// A closed tunnel gives its place back.
+	_ = first.Close(websocket.StatusNormalClosure, "")
+	testwait.UntilWhy(t, 5*time.Second, "a closed tunnel given back", func() (bool, string) {
+		u := e.srv.clients.Usage(addrA)
+		return u.Tunnels == budget-1, strconv.Itoa(u.Tunnels) + " tunnels"
+	})
+	again, _, err := dial()
+	if err != nil {
+		t.Fatalf("after a tunnel closed: %v", err)
+	}
+	again.CloseNow()
+	if got := e.totals.Snapshot().Refusals[stats.RefusalTunnels]; got != 2 {
+		t.Fatalf("%d tunnel refusals counted, want 2", got)
+	}
+}
+
+// proxyTo relays the WebSocket upgrade r to the target at addr as raw bytes (a counting
+// front for wsEcho).
+func proxyTo(w http.ResponseWriter, r *http.Request, addr string) {
+	bc, err := net.Dial("tcp", addr)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer bc.Close()
+	cc, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer cc.Close()
+	if err := r.Write(bc); err != nil {
+		return
+	}
+	go func() { _, _ = io.Copy(bc, brw); bc.Close() }()
+	_, _ = io.Copy(cc, bc)
 }
