@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,16 +70,48 @@ func getOn(c net.Conn, br *bufio.Reader) (int, error) {
 	return res.StatusCode, nil
 }
 
-// refusedAtAccept asserts that c, just dialled, is closed by the proxy without a byte
-// of answer (reset or EOF, not a timeout).
-func refusedAtAccept(t *testing.T, what string, c net.Conn) {
+// refusedAtAccept dials addr from the local address from and asserts that the proxy
+// closes the connection without a byte of answer: a reset (which may come before the
+// dial has even returned) or EOF, not a timeout.
+func refusedAtAccept(t *testing.T, what string, from netip.Addr, addr string) {
 	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("%s: dial: %v; want a connection that is reset", what, err)
+		}
+		return
+	}
+	defer c.Close()
 	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: app.example.test\r\n\r\n")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	n, err := c.Read(make([]byte, 64))
 	var ne net.Error
 	if n > 0 || err == nil || errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("%s: read %d bytes, %v; want the connection refused (reset)", what, n, err)
+	}
+}
+
+// tlsRefused asserts that a TLS connection from the local address from is refused
+// before its handshake completes.
+func tlsRefused(t *testing.T, what string, from netip.Addr, addr string) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("%s: dial: %v; want a connection that is reset", what, err)
+		}
+		return
+	}
+	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "app.example.test"})
+	defer tc.Close()
+	_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+	err = tc.Handshake()
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("%s: handshake %v; want the connection refused", what, err)
 	}
 }
 
@@ -114,10 +147,8 @@ func TestConnBudget(t *testing.T) {
 	}
 
 	// The next one from A is refused on either listener; TLS gets no handshake.
-	refusedAtAccept(t, "plain connection over the budget", dialFrom(t, addrA, e.http))
-	if _, err := tlsFrom(t, addrA, e.https); err == nil {
-		t.Fatal("a TLS connection over the budget completed its handshake")
-	}
+	refusedAtAccept(t, "plain connection over the budget", addrA, e.http)
+	tlsRefused(t, "TLS connection over the budget", addrA, e.https)
 
 	// B is served meanwhile, on both listeners.
 	cb := dialFrom(t, addrB, e.http)
