@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"net/netip"
+	"time"
 
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/proxy/internal/clients"
@@ -20,11 +24,14 @@ import (
 // (Config.TrustedProxies) are exempt: one of them carries many clients.
 //
 //   - A connection takes its place at accept (TCP: the listeners' Accept, before any TLS
-//     or HTTP work; one over the budget is reset. QUIC: quic.Config.GetConfigForClient
-//     refuses one over the budget with CONNECTION_REFUSED, and the connection takes its
-//     place when the HTTP/3 server accepts it, http3.go). That is the one lookup per
-//     connection (proxy/internal/clients: a sharded map under a mutex); the connection
-//     keeps its clients.Hold and gives it back when it closes.
+//     or HTTP work; one over the budget is reset). QUIC: quic.Config.GetConfigForClient,
+//     asked at a connection's first Initial packet, refuses one over the budget, or from
+//     a penalised address (issue 25's finding 2), with CONNECTION_REFUSED before any
+//     handshake work (refuseQUIC); an accepted connection takes its place once its
+//     handshake completed (admitQUIC), since an Initial's source address is not yet
+//     validated. That is the one lookup per connection (proxy/internal/clients: a
+//     sharded map under a mutex); the connection keeps its clients.Hold and gives it
+//     back when it closes.
 //   - A request is admitted by the forwarding core (decide), for every front-end in one
 //     place, with one atomic add on the hold's entry: no map, no lock, no allocation. One
 //     over the budget gets outcomeRequestBudget, which the HTTP/2 front-end renders as
@@ -66,15 +73,15 @@ func newClientTable(cfg Config) *clients.Table {
 // a zero clients.Hold admits everything and counts nothing.
 var noHold clients.Hold
 
-// hold is the budget r's connection holds: its TCP connection's or its QUIC
+// holdOf is the budget r's connection holds: its TCP connection's or its QUIC
 // connection's, or noHold. A trusted proxy's connection holds a zero one.
-func (r *request) hold() *clients.Hold {
+func (s *Server) holdOf(r *request) *clients.Hold {
 	if r.cc != nil {
 		return &r.cc.hold
 	}
 	if r.hr != nil {
 		if hc, _ := r.hr.Context().Value(h3ConnKey{}).(*h3Conn); hc != nil {
-			return &hc.hold
+			return s.admitQUIC(hc)
 		}
 	}
 	return &noHold
@@ -117,7 +124,7 @@ func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 	s.totals.Refusal(k)
 	if ok, unlogged := allowLog(&s.budgetLoggedAt, &s.budgetUnlogged, penaltyLogEvery); ok {
 		lim := s.clients.Limits()
-		s.log.Info("refused a client over its address's budget",
+		s.log.Info("refused a client: its address is over a budget or penalised",
 			zap.String("client", a.String()),
 			zap.String("kind", k.String()),
 			zap.Int("max_conns", lim.Conns),
@@ -158,4 +165,91 @@ func (c *clientConn) Close() error {
 	err := c.Conn.Close()
 	c.hold.Close()
 	return err
+}
+
+// errQUICRefused refuses a QUIC connection at its first packet (CONNECTION_REFUSED).
+var errQUICRefused = errors.New("proxy: QUIC connection refused: the client address is penalised or has its budget of connections")
+
+// refuseQUIC is quic.Config.GetConfigForClient's check on a new QUIC connection from
+// remote, before any handshake work: an address penalised for abuse is refused
+// (counted as http3-penalty), and so is one that has its budget of connections
+// (counted as connections). The place itself is taken when the connection is admitted
+// (admitQUIC). Trusted proxies are neither penalised nor counted.
+func (s *Server) refuseQUIC(remote net.Addr) error {
+	ua, ok := remote.(*net.UDPAddr)
+	if !ok {
+		return nil
+	}
+	ap := ua.AddrPort()
+	a := ap.Addr()
+	if s.isTrustedAddr(a) {
+		return nil
+	}
+	k := stats.RefusalHTTP3Penalty
+	if hit, _ := s.penalties.Penalized(a); !hit {
+		if !s.clients.Full(a) {
+			return nil
+		}
+		k = stats.RefusalConnections
+	}
+	if s.newQUICRefusal(ap) {
+		s.refused(k, a)
+	}
+	return errQUICRefused
+}
+
+// quicRefusal is the last QUIC connection attempt refused: its client's address and
+// port, and when.
+type quicRefusal struct {
+	from netip.AddrPort
+	at   int64 // Unix nanoseconds
+}
+
+// newQUICRefusal reports whether a refusal of an attempt from ap is a new one, to be
+// counted: a client's ClientHello may span two Initial packets, and a client resends
+// them, each asking GetConfigForClient again (no connection exists to remember them).
+// Packets from the address and port of the last refused attempt within a second are
+// the same attempt. A flood from many ports still counts each port once.
+func (s *Server) newQUICRefusal(ap netip.AddrPort) bool {
+	now := time.Now().UnixNano()
+	if last := s.quicRefused.Load(); last != nil && last.from == ap && now-last.at < int64(time.Second) {
+		return false
+	}
+	s.quicRefused.Store(&quicRefusal{from: ap, at: now})
+	return true
+}
+
+// admitQUIC takes hc's place in its client address's budget, once: when its handshake
+// completed (the watcher), or at its first request if that comes first. Not earlier: an
+// Initial packet's source address is not validated, and a spoofer could otherwise
+// spend a victim's budget with connections that never complete. A connection that
+// finds the budget spent (it raced past refuseQUIC's check) is closed with
+// H3_EXCESSIVE_LOAD and counted. Trusted proxies' connections keep a zero hold.
+func (s *Server) admitQUIC(hc *h3Conn) *clients.Hold {
+	hc.admit.Do(func() {
+		ua, ok := hc.conn.RemoteAddr().(*net.UDPAddr)
+		if !ok {
+			return
+		}
+		a := ua.AddrPort().Addr()
+		if s.isTrustedAddr(a) || s.clients.Open(&hc.hold, a, hc) {
+			return
+		}
+		s.refused(stats.RefusalConnections, a)
+		_ = hc.conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "too many connections from this address")
+	})
+	return &hc.hold
+}
+
+// releaseQUIC gives hc's place back when the connection ended (its watcher); a
+// connection that ended before it was admitted is never admitted afterwards.
+func (s *Server) releaseQUIC(hc *h3Conn) {
+	hc.admit.Do(func() {})
+	hc.hold.Close()
+}
+
+// End ends the QUIC connection for abuse (clients.Ender): CONNECTION_CLOSE with
+// H3_EXCESSIVE_LOAD; its requests' contexts end, its watcher gives its place back.
+func (hc *h3Conn) End() {
+	_ = hc.conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "abuse from this address")
 }

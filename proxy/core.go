@@ -96,7 +96,7 @@ func (r *request) attribute(s *Server, h *stats.Host) {
 // unknown host in the totals. The front-end calls the verdict's done when the request is
 // over.
 func (s *Server) decide(r *request) verdict {
-	h := r.hold()
+	h := s.holdOf(r)
 	if !s.admit(h, r.websocket) {
 		if r.websocket {
 			return verdict{o: outcomeTunnelBudget}

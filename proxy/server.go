@@ -206,6 +206,7 @@ type Server struct {
 	// (budgets.go); budgetLoggedAt and budgetUnlogged rate-limit the refusal lines.
 	clients                        *clients.Table
 	budgetLoggedAt, budgetUnlogged atomic.Int64
+	quicRefused                    atomic.Pointer[quicRefusal] // the last refused QUIC attempt (budgets.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
