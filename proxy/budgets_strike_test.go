@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/net/http2"
 
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -122,8 +124,15 @@ func TestStrikeEndsHeldConnections(t *testing.T) {
 	for what, c := range map[string]net.Conn{"parked HTTP/1.1": parked, "idle HTTP/1.1": plain, "TLS HTTP/1.1": tl, "handed to net/http": handed} {
 		endsWithin(t, what, c, strikeWithin-time.Since(struck))
 	}
-	h2c.ended(t, strikeWithin-time.Since(struck))
-	h2tls.ended(t, strikeWithin-time.Since(struck))
+	// HTTP/2 connections are told why where the engine can (h2.Conn.Abort).
+	_, canAbort := any((*h2.Conn)(nil)).(interface{ Abort() })
+	for what, c := range map[string]*h2Cli{"h2c": h2c, "h2": h2tls} {
+		code, got := c.ended(t, strikeWithin-time.Since(struck))
+		if canAbort && (!got || code != http2.ErrCodeEnhanceYourCalm) {
+			t.Errorf("%s: ended with GOAWAY %v (sent: %v); want ENHANCE_YOUR_CALM", what, code, got)
+		}
+		t.Logf("%s ended; GOAWAY %v sent %v (engine can abort: %v)", what, code, got, canAbort)
+	}
 	rctx, rcancel := context.WithTimeout(ctx, strikeWithin-time.Since(struck))
 	defer rcancel()
 	if _, _, err := tunnel.Read(rctx); err == nil || rctx.Err() != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/serve-zone/ingress/internal/rawnet"
 	"github.com/serve-zone/ingress/proxy/internal/clients"
+	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -91,6 +92,9 @@ type clientConn struct {
 	// hold is the connection's place in its client address's budgets (budgets.go),
 	// given back by Close; zero for a trusted proxy's.
 	hold clients.Hold
+	// h2 is the own HTTP/2 engine's connection while it serves this one (serveH2), for
+	// End.
+	h2 atomic.Pointer[h2.Conn]
 
 	// sni and cert are the TLS connection's server name and the certificate it was
 	// handshaken with (set by handshake, read after it): a request for a host cert does

@@ -98,7 +98,9 @@ func (c *h1Conn) serveH2() {
 	f.remote = cc.RemoteAddr().String()
 	conn := h2.NewConn(cc, s.h2Config(), f)
 	s.h2.add(conn)
+	cc.h2.Store(conn) // an abuse verdict ends it through the engine (clientConn.End)
 	err := conn.Serve(context.Background())
+	cc.h2.Store(nil)
 	s.h2.remove(conn)
 	// HTTP/2 accounting is per stream (h2forward.go): no connection tail to attribute
 	// when the fast path closes the connection (flushTail).
