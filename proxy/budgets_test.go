@@ -183,18 +183,22 @@ func TestConnBudget(t *testing.T) {
 	}
 }
 
-// TestConnBudgetTrustedExempt: a trusted proxy's connections are not counted.
+// TestConnBudgetTrustedExempt: a trusted proxy's connections (TCP and QUIC) and requests
+// are not counted.
 func TestConnBudgetTrustedExempt(t *testing.T) {
-	e := newEnv(t, func(c *Config) {
-		c.MaxConnsPerClient = 1
+	e := newEnv(t, withHTTP3, func(c *Config) {
+		c.MaxConnsPerClient, c.MaxRequestsPerClient = 1, 1
 		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 	})
-	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
+	e.tlsRoute("app.example.test", backend(t, echoInfo()))
 	for i := range 4 {
 		c := dialFrom(t, addrA, e.http)
 		if st, err := getOn(c, bufio.NewReader(c)); st != http.StatusOK {
 			t.Fatalf("trusted connection %d: %d %v", i+1, st, err)
 		}
+	}
+	for i := range 2 {
+		h3OK(t, "trusted QUIC connection "+strconv.Itoa(i+1), h3From(t, e, addrA))
 	}
 	if n := e.srv.clients.Len(); n != 0 {
 		t.Fatalf("%d addresses counted, want none (trusted)", n)
