@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/net/http2"
 
 	"github.com/serve-zone/ingress/internal/testwait"
@@ -427,4 +429,30 @@ func proxyTo(w http.ResponseWriter, r *http.Request, addr string) {
 	}
 	go func() { _, _ = io.Copy(bc, brw); bc.Close() }()
 	_, _ = io.Copy(cc, bc)
+}
+
+// TestRefusalLogRateLimited: refusals are logged with the client's address and the kind,
+// at most one line every penaltyLogEvery; the next line says how many went unlogged.
+func TestRefusalLogRateLimited(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	e := newEnv(t, func(c *Config) { c.MaxConnsPerClient = 1; c.Logger = zap.New(core) })
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
+	c := dialFrom(t, addrA, e.http)
+	if st, err := getOn(c, bufio.NewReader(c)); st != http.StatusOK {
+		t.Fatalf("%d %v", st, err)
+	}
+	for i := range 3 {
+		refusedAtAccept(t, "refusal "+strconv.Itoa(i+1), addrA, e.http)
+	}
+	lines := logs.FilterMessageSnippet("refused a client").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d refusal lines for 3 refusals within %s, want 1", len(lines), penaltyLogEvery)
+	}
+	f := lines[0].ContextMap()
+	if f["client"] != "127.0.0.1" || f["kind"] != "connections" || f["max_conns"] != int64(1) {
+		t.Fatalf("refusal line fields %v", f)
+	}
+	if got := e.totals.Snapshot().Refusals[stats.RefusalConnections]; got != 3 {
+		t.Fatalf("%d refusals counted, want 3 (logging is limited, counting is not)", got)
+	}
 }
