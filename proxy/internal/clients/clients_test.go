@@ -171,3 +171,32 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("%d entries left", n)
 	}
 }
+
+// BenchmarkOpenClose is a connection's cost at accept and close (one address with 100
+// other connections open).
+func BenchmarkOpenClose(b *testing.B) {
+	tab := New(Limits{Conns: 512})
+	a := netip.MustParseAddr("192.0.2.1")
+	held := make([]Hold, 100)
+	for i := range held {
+		tab.Open(&held[i], a, &ender{})
+	}
+	e := &ender{}
+	for b.Loop() {
+		var h Hold
+		tab.Open(&h, a, e)
+		h.Close()
+	}
+}
+
+// BenchmarkRequest is a request's cost: admission and its end.
+func BenchmarkRequest(b *testing.B) {
+	tab := New(Limits{Requests: 512})
+	var h Hold
+	tab.Open(&h, netip.MustParseAddr("192.0.2.1"), &ender{})
+	for b.Loop() {
+		if h.StartRequest() {
+			h.EndRequest()
+		}
+	}
+}
