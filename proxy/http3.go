@@ -223,8 +223,8 @@ func (s *Server) stopHTTP3() {
 	}
 }
 
-// h3ConnContext is the http3.Server's ConnContext: it counts the connection and starts
-// its watcher.
+// h3ConnContext is the http3.Server's ConnContext: it counts the connection and starts its
+// watcher.
 func (s *Server) h3ConnContext(ctx context.Context, c *quic.Conn) context.Context {
 	hc := &h3Conn{conn: c}
 	s.totals.Conn(stats.ProtoHTTP3, 1)
