@@ -185,3 +185,56 @@ func (st *slowTarget) waitArrivals(t testing.TB, n int) {
 		}
 	}
 }
+
+// TestRequestBudgetAcrossH2Connections: issue 25's pre-opened flood in small: one
+// address opens several HTTP/2 connections and then many streams on each; whatever the
+// spread, no more than the budget reach targets at once, and every other stream is
+// refused (REFUSED_STREAM) without a target seeing it.
+func TestRequestBudgetAcrossH2Connections(t *testing.T) {
+	const budget, conns, perConn = 16, 8, 8
+	e := newEnv(t, func(c *Config) { c.MaxRequestsPerClient = budget })
+	tg := newSlowTarget(t)
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{tg.addr}}})
+	var cls []*h2Cli
+	for range conns {
+		cls = append(cls, newH2Cli(t, dialFrom(t, addrA, e.http)))
+	}
+	for _, cl := range cls {
+		for i := range perConn {
+			cl.get(t, uint32(2*i+1), "app.example.test", "/slow")
+		}
+	}
+	// A stream admitted waits for the target: only the refused ones answer now.
+	all := make(chan h2Event, conns*(perConn+4)) // room for every event the connections can still send: the forwarders never block
+	for _, cl := range cls {
+		go func() {
+			for ev := range cl.events { // ends with the connection, closed at cleanup
+				all <- ev
+				if ev.err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for refused := 0; refused < conns*perConn-budget; {
+		select {
+		case ev := <-all:
+			if ev.id == 0 && ev.err == nil {
+				continue // a GOAWAY would end the test below
+			}
+			if !ev.reset || ev.rst != http2.ErrCodeRefusedStream {
+				t.Fatalf("an answer before the target released anything: %+v", ev)
+			}
+			refused++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d streams refused", refused, conns*perConn-budget)
+		}
+	}
+	tg.waitArrivals(t, budget)
+	if n := tg.seen.Load(); n != budget {
+		t.Fatalf("the target saw %d of %d streams, want the budget's %d", n, conns*perConn, budget)
+	}
+	if u := e.srv.clients.Usage(addrA); u.Requests != budget {
+		t.Fatalf("%d requests in flight, want %d", u.Requests, budget)
+	}
+}
