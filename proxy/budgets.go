@@ -135,9 +135,8 @@ func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 }
 
 // End ends the connection for abuse (clients.Ender, from any goroutine). An HTTP/2
-// connection of the own engine is aborted with GOAWAY ENHANCE_YOUR_CALM where the engine
-// offers that (h2.Conn.Abort, issue 25's h2eng part); otherwise its TCP connection is
-// shut down both ways, so the client sees the end at once and whatever
+// connection of the own engine is aborted with GOAWAY ENHANCE_YOUR_CALM
+// (endH2ForAbuse); any other has its TCP connection shut down both ways, so the client sees the end at once and whatever
 // reads it (the fast path's loop, the parker, net/http, the HTTP/2 engine, a tunnel)
 // gets EOF, and reset when its owner closes it (SO_LINGER 0). An in-flight HTTP/1.1
 // request is not waited for: its response can no longer reach the client. Nothing
@@ -145,13 +144,11 @@ func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 // (h1Conn.closeConn).
 func (c *clientConn) End() {
 	if hc := c.h2.Load(); hc != nil {
-		// Served by the own HTTP/2 engine: where it can end a connection for abuse
-		// from another goroutine (h2.Conn.Abort: GOAWAY ENHANCE_YOUR_CALM, its streams
-		// cancelled, the socket closed within 250 ms), that says why to the client.
-		if a, ok := any(hc).(interface{ Abort() }); ok {
-			a.Abort()
-			return
-		}
+		// Served by the own HTTP/2 engine: it ends the connection and says why
+		// (h2.Conn.Abort: GOAWAY ENHANCE_YOUR_CALM, its streams cancelled, the socket
+		// closed within 250 ms).
+		c.s.endH2ForAbuse(hc)
+		return
 	}
 	nc := c.Conn
 	if c.tc != nil {

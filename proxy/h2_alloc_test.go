@@ -22,7 +22,8 @@ import (
 const h2AllocLimit = 2
 
 func TestH2HotPathAllocs(t *testing.T) {
-	e := newEnv(t)
+	// 2,200 requests on one connection: more than a connection serves by default.
+	e := newEnv(t, func(c *Config) { c.HTTP2MaxStreamsPerConn = 1 << 30 })
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{rawTarget(t)}}})
 	c, err := net.Dial("tcp", e.http)
 	if err != nil {

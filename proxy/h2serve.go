@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -18,20 +19,23 @@ import (
 // The engine's streams are translated into the forwarding core in h2forward.go (and
 // h2tunnel.go for RFC 8441 WebSockets).
 
-// h2Set tracks the engine's connections for Shutdown (GOAWAY to each).
+// h2Set tracks the engine's connections, with their client addresses, for Shutdown
+// (GOAWAY to each) and for a penalty that ends an address's connections
+// (endH2ForAbuseFrom). It is touched once when a connection starts and once when it
+// ends, not per request.
 type h2Set struct {
 	mu       sync.Mutex
-	m        map[*h2.Conn]struct{}
+	m        map[*h2.Conn]netip.Addr
 	draining bool
 }
 
-func (set *h2Set) add(c *h2.Conn) {
+func (set *h2Set) add(c *h2.Conn, client netip.Addr) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if set.m == nil {
-		set.m = make(map[*h2.Conn]struct{})
+		set.m = make(map[*h2.Conn]netip.Addr)
 	}
-	set.m[c] = struct{}{}
+	set.m[c] = client.Unmap()
 	if set.draining {
 		c.Shutdown()
 	}
@@ -54,9 +58,37 @@ func (set *h2Set) shutdown() {
 	}
 }
 
+// endH2ForAbuse ends one HTTP/2 connection now for abuse (h2.Conn.Abort): GOAWAY
+// ENHANCE_YOUR_CALM, its streams cancelled (their target requests with them), the socket
+// closed once the GOAWAY is out, within a quarter second at most. Any goroutine may call
+// it, for a connection that may already have ended (then it does nothing). It is how a
+// verdict reached elsewhere (a penalty of the client's address) acts on connections the
+// client already holds; the engine's own verdicts end their connection themselves.
+func (s *Server) endH2ForAbuse(c *h2.Conn) { c.Abort() }
+
+// endH2ForAbuseFrom ends every HTTP/2 connection of client address a for abuse
+// (endH2ForAbuse) and returns how many it ended. It walks all the connections, under the
+// set's lock only to collect them: for a penalty, not for a request path.
+func (s *Server) endH2ForAbuseFrom(a netip.Addr) int {
+	a = a.Unmap()
+	var held []*h2.Conn
+	s.h2.mu.Lock()
+	for c, client := range s.h2.m {
+		if client == a {
+			held = append(held, c)
+		}
+	}
+	s.h2.mu.Unlock()
+	for _, c := range held {
+		s.endH2ForAbuse(c)
+	}
+	return len(held)
+}
+
 // h2Config is the engine's configuration from the server's: today's net/http settings
 // (128 streams, 1 MiB per stream and 4 MiB per connection of request body window, PING
-// after 30 s of silence, 15 s for its answer) and the client timeouts.
+// after 30 s of silence, 15 s for its answer), the client timeouts and the streams a
+// connection serves in all.
 func (s *Server) h2Config() h2.Config {
 	return h2.Config{
 		MaxConcurrentStreams:  maxConcurrentStreams,
@@ -71,6 +103,7 @@ func (s *Server) h2Config() h2.Config {
 		WriteTimeout:          s.cfg.ClientSendTimeout,
 		BodyTimeout:           s.cfg.ClientBodyTimeout,
 		EnableConnectProtocol: true,
+		MaxStreams:            uint32(s.cfg.HTTP2MaxStreamsPerConn), // 0: the engine's 1000
 		OnAbuse:               s.h2Abuse,
 		OnPanic: func(v any, stack []byte) {
 			s.log.Error("HTTP/2 stream handler panicked; stream reset", zap.Any("panic", v), zap.ByteString("stack", stack))
@@ -97,7 +130,7 @@ func (c *h1Conn) serveH2() {
 	f.trusted = s.isTrusted(f.ip)
 	f.remote = cc.RemoteAddr().String()
 	conn := h2.NewConn(cc, s.h2Config(), f)
-	s.h2.add(conn)
+	s.h2.add(conn, remoteAddr(cc))
 	cc.h2.Store(conn) // an abuse verdict ends it through the engine (clientConn.End)
 	err := conn.Serve(context.Background())
 	cc.h2.Store(nil)

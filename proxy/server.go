@@ -86,6 +86,13 @@ type Config struct {
 	// timeout (HTTP2Config.WriteByteTimeout). Like ClientBodyTimeout it may fire up to
 	// an eighth of its length late. WebSocket tunnels are not subject to either.
 	ClientSendTimeout time.Duration
+	// HTTP2MaxStreamsPerConn is how many streams (requests) one HTTP/2 connection serves
+	// (0 -> 1000, as nginx's keepalive_requests): the stream that reaches it goes with a
+	// GOAWAY(NO_ERROR) naming it as the last, later ones are ignored, and the connection
+	// closes once its streams are done. An honest client reconnects; a flood spread over
+	// pre-opened connections loses them, and its new connections meet the accept-time
+	// checks (the penalty) again.
+	HTTP2MaxStreamsPerConn int
 	// AccessLog, when set, receives one Info line per request: host, method, path, query,
 	// status, bytes in/out, duration, the client's address, the target's lease and
 	// address (also when it failed), the protocol and, for a failed request, the error.
@@ -233,6 +240,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("MaxHeaderBytes must not be negative"))
+	}
+	if cfg.HTTP2MaxStreamsPerConn < 0 || cfg.HTTP2MaxStreamsPerConn > 1<<30 {
+		errs = append(errs, errors.New("HTTP2MaxStreamsPerConn must be from 0 to 1<<30"))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(append([]error{ErrInvalidConfig}, errs...)...)

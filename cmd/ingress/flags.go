@@ -39,6 +39,9 @@ type options struct {
 	MaxHeaderBytes        int
 	ClientBodyTimeout     time.Duration
 	ClientSendTimeout     time.Duration
+	// HTTP2MaxStreamsPerConn: streams an HTTP/2 connection serves before it is asked
+	// to go away (issue 25).
+	HTTP2MaxStreamsPerConn int
 
 	MaxConnsPerClient    int
 	MaxRequestsPerClient int
@@ -78,6 +81,8 @@ func defaultOptions() options {
 		MaxRequestsPerClient:  512,
 		MaxTunnelsPerClient:   256,
 		RetentionDays:         35,
+
+		HTTP2MaxStreamsPerConn: 1000,
 	}
 }
 
@@ -106,6 +111,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", o.MaxHeaderBytes, "largest request header block accepted")
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", o.ClientBodyTimeout, "a request body must deliver at least 1 KiB (or its rest) in every window of this length, else 408")
 	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
+	fs.IntVar(&o.HTTP2MaxStreamsPerConn, "http2-max-streams-per-conn", o.HTTP2MaxStreamsPerConn, "streams (requests) one HTTP/2 connection serves; then it is asked to go away (GOAWAY), finishes them and closes, and the client reconnects (nginx's keepalive_requests)")
 	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "open connections one client address (IPv6: its /64) may have, TCP and QUIC together; one more is refused at accept; 0: no limit")
 	fs.IntVar(&o.MaxRequestsPerClient, "max-requests-per-client", o.MaxRequestsPerClient, "requests (HTTP/2, HTTP/3 streams) one client address may have in flight; one more gets REFUSED_STREAM (HTTP/2) or 503 with Retry-After; 0: no limit")
 	fs.IntVar(&o.MaxTunnelsPerClient, "max-tunnels-per-client", o.MaxTunnelsPerClient, "WebSocket tunnels one client address may have open; one more gets 503 with Retry-After; 0: no limit")
@@ -180,6 +186,9 @@ func (o *options) validate() error {
 	}
 	if o.MaxHeaderBytes < 4096 || o.MaxHeaderBytes > 16<<20 {
 		bad("--max-header-bytes must be from 4096 to 16777216, got %d", o.MaxHeaderBytes)
+	}
+	if o.HTTP2MaxStreamsPerConn < 1 || o.HTTP2MaxStreamsPerConn > 1<<30 {
+		bad("--http2-max-streams-per-conn must be from 1 to 1073741824, got %d", o.HTTP2MaxStreamsPerConn)
 	}
 	for _, b := range []struct {
 		name string

@@ -17,7 +17,7 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "all set", args: []string{"--http-addr", "127.0.0.1:8080", "--https-addr", ":8443", "--admin-addr", "127.0.0.1:0",
 			"--drain-timeout", "5s", "--log-level", "debug", "--log-format", "console", "--trusted-proxies", "10.0.0.0/8, 192.168.1.1",
 			"--max-header-bytes", "8192", "--stats-retention-days", "40", "--http3=false", "--access-log", "--metrics-per-host",
-			"--client-body-timeout", "10s", "--client-send-timeout", "1m",
+			"--client-body-timeout", "10s", "--client-send-timeout", "1m", "--http2-max-streams-per-conn", "100",
 			"--max-conns-per-client", "0", "--max-requests-per-client", "64", "--max-tunnels-per-client", "8"}},
 		{name: "bad http addr", args: []string{"--http-addr", "nonsense"}, want: []string{"--http-addr"}},
 		{name: "bad port", args: []string{"--https-addr", ":99999"}, want: []string{"--https-addr"}},
@@ -36,6 +36,7 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "client budgets", args: []string{"--max-conns-per-client", "-1", "--max-requests-per-client", "-2", "--max-tunnels-per-client", "-3"},
 			want: []string{"--max-conns-per-client", "--max-requests-per-client", "--max-tunnels-per-client"}},
 		{name: "max header bytes", args: []string{"--max-header-bytes", "10"}, want: []string{"--max-header-bytes"}},
+		{name: "http2 streams per connection", args: []string{"--http2-max-streams-per-conn", "0"}, want: []string{"--http2-max-streams-per-conn"}},
 		{name: "retention", args: []string{"--stats-retention-days", "7"}, want: []string{"--stats-retention-days"}},
 		{name: "trusted proxies", args: []string{"--trusted-proxies", "10.0.0.0/8,banana"}, want: []string{"banana"}},
 		{name: "relay ca with routes", args: []string{"--routes", "x.json", "--relay-ca", "ca.pem"}, want: []string{"--relay-ca"}},
@@ -80,7 +81,7 @@ func TestFlagDefaultsMatchContract(t *testing.T) {
 	}
 	if o.DialTimeout != 5*time.Second || o.ResponseHeaderTimeout != 60*time.Second ||
 		o.ReadHeaderTimeout != 10*time.Second || o.IdleTimeout != 120*time.Second || o.MaxHeaderBytes != 64<<10 ||
-		o.ClientBodyTimeout != 30*time.Second || o.ClientSendTimeout != 30*time.Second {
+		o.ClientBodyTimeout != 30*time.Second || o.ClientSendTimeout != 30*time.Second || o.HTTP2MaxStreamsPerConn != 1000 {
 		t.Fatalf("data-plane defaults differ from the brief: %+v", o)
 	}
 	if o.MaxConnsPerClient != 512 || o.MaxRequestsPerClient != 512 || o.MaxTunnelsPerClient != 256 ||

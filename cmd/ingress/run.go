@@ -224,6 +224,8 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		NextProtos:            in.acmeNextProtos(),
 		HTTPChallenge:         in.acmeHTTPChallenge(),
 		ReleaseIdleMemory:     true,
+
+		HTTP2MaxStreamsPerConn: o.HTTP2MaxStreamsPerConn,
 	})
 	if err != nil {
 		return nil, configError{err}

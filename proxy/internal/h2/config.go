@@ -51,10 +51,27 @@ type Config struct {
 	// and request heads over MaxHeaderBytes (each counts as oversizeHeadResets): a bucket of ResetBurst tokens refilled at ResetRate per second (defaults
 	// 2*MaxConcurrentStreams and 100). When empty the connection ends with
 	// ENHANCE_YOUR_CALM (CVE-2023-44487, CVE-2025-8671).
+	//
+	// A reset the client sends costs one token whenever it arrives: while the stream's
+	// handler works, after it returned, or after the stream closed (lateframes.go). So
+	// does the first frame that arrives on a stream after the engine reset it (request
+	// trailers or body in flight, ignored as RFC 9113 §5.1 says). A browser sends at
+	// most one such frame per stream, when a cancel crosses the answer, and never has
+	// more than MaxConcurrentStreams streams to cancel at once: the default burst is
+	// every stream cancelled twice in a row, the rate far above any page's cancels.
+	// Without this, HEADERS then RST_STREAM after the answer cost the client nothing
+	// while every stream was a full request to the target (issue 25).
 	ResetBurst, ResetRate int
 	// JunkBurst and JunkRate bound frames that make no progress (PING, SETTINGS,
 	// PRIORITY, empty DATA, unknown types), likewise (defaults 1000 and 500 per second).
 	JunkBurst, JunkRate int
+	// MaxStreams is how many streams a connection may open in all (default 1000, as
+	// nginx's keepalive_requests). The stream that reaches it is served, and with it
+	// goes a GOAWAY(NO_ERROR) naming it as the last: later streams are ignored (RFC 9113
+	// §6.8), the streams in progress finish, then the connection closes. An honest
+	// client reconnects; a flood over pre-opened connections loses its lever, since a
+	// new connection meets the listener's checks (the caller's penalty) again.
+	MaxStreams uint32
 	// OnAbuse, when set, is told once, from the read loop, that the connection is being
 	// ended for abuse (a budget above exhausted: GOAWAY ENHANCE_YOUR_CALM), with a fixed
 	// text saying which. The engine's budgets are per connection and a client can
@@ -106,6 +123,9 @@ func (c *Config) setDefaults() {
 	defInt(&c.ResetRate, 100)
 	defInt(&c.JunkBurst, 1000)
 	defInt(&c.JunkRate, 500)
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 1000
+	}
 }
 
 const (

@@ -61,23 +61,30 @@ type Conn struct {
 	maxFrame uint32 // peerMaxFrame as of the batch being written
 
 	// Shared state, under mu.
-	mu       sync.Mutex
-	wake     sync.Cond // the writer waits on it
-	ctrl     []item    // control frames for the writer, in order
-	ready    []*Stream // streams with something the writer can send
-	blocked  []*Stream // streams waiting for the connection's send window
-	streams  map[uint32]*Stream
-	free     []*Stream // reusable streams (reuse.go)
-	workers  []*worker // parked stream goroutines (reuse.go)
-	slots    int       // streams open or with a handler still running
-	maxSeen  uint32    // highest client stream id seen
-	lastIdle time.Time
+	mu      sync.Mutex
+	wake    sync.Cond // the writer waits on it
+	ctrl    []item    // control frames for the writer, in order
+	ready   []*Stream // streams with something the writer can send
+	blocked []*Stream // streams waiting for the connection's send window
+	streams map[uint32]*Stream
+	free    []*Stream // reusable streams (reuse.go)
+	workers []*worker // parked stream goroutines (reuse.go)
+	slots   int       // streams open or with a handler still running
+	maxSeen uint32    // highest client stream id seen
+	opened  uint32    // streams the client opened (Config.MaxStreams)
+	// resetIDs are the streams reset last (lateframes.go), made on the first reset;
+	// resetNext is where the next one goes.
+	resetIDs  *[resetMemory]uint32
+	resetNext int
+	lastIdle  time.Time
 	// goingAway: a GOAWAY was queued; streams above goawayID are ignored. closing: the
 	// writer ends once its queue is written. dead: the socket is closed.
 	goingAway, closing, dead bool
 	goawayID                 uint32
 	goawayCode               http2.ErrCode
-	abused                   bool  // the connection ends for abuse (connError.abusive)
+	abused                   bool // the connection ends for abuse (connError.abusive)
+	aborted                  bool // Abort was called (abort.go)
+	abortTimer               *time.Timer
 	sendWin                  int64 // connection send window
 	peerInitWin              int64
 	peerMaxFrame             uint32
@@ -167,6 +174,11 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.Close()
 	<-c.writerDone
 	c.handlers.Wait()
+	c.mu.Lock()
+	if c.abortTimer != nil {
+		c.abortTimer.Stop()
+	}
+	c.mu.Unlock()
 	c.mu.Lock()
 	werr := c.writeErr
 	c.mu.Unlock()
@@ -327,6 +339,10 @@ func (c *Conn) readLoop() error {
 			}
 			return c.fail(err)
 		}
+		if c.aborted {
+			c.mu.Unlock()
+			return errAborted // what was read is not handled (abort.go)
+		}
 		c.pingOut = false
 		err = c.process(f)
 		// In the middle of a header block the connection carries on as when the
@@ -397,6 +413,9 @@ func (c *Conn) readErrorLocked(err error) error {
 func (c *Conn) readTimeout() error {
 	if c.dead {
 		return net.ErrClosed
+	}
+	if c.aborted {
+		return errAborted
 	}
 	if c.goingAway && c.slots == 0 {
 		return io.EOF

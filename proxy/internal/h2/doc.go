@@ -32,7 +32,16 @@
 // them), and frames that do no work (token buckets whose exhaustion ends the connection with ENHANCE_YOUR_CALM;
 // WINDOW_UPDATEs are free up to two per DATA frame sent and per stream opened).
 //
+// A reset the client sends is charged whenever it arrives, also after the stream's
+// answer is complete, and so is the first frame that arrives on a stream after the
+// engine reset it (trailers or body in flight, ignored as RFC 9113 §5.1 says:
+// lateframes.go). A connection serves MaxStreams streams in all (default 1000), then
+// asks the client to go away (GOAWAY NO_ERROR naming the last stream it serves) and
+// closes once those are done.
+//
 // These budgets are per connection. A verdict of abuse (ENHANCE_YOUR_CALM) is reported
 // to Config.OnAbuse, so that the caller can refuse the client's next connections for a
-// while: a reconnecting flood would otherwise get a fresh budget every time.
+// while: a reconnecting flood would otherwise get a fresh budget every time. A verdict
+// the caller reaches itself (a penalty of the client's address) ends the connections it
+// already holds with [Conn.Abort].
 package h2

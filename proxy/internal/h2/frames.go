@@ -70,14 +70,28 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		return c.onTrailers(st, b)
 	}
 	if id <= c.maxSeen {
+		// Trailers (or anything) in flight when we reset the stream, or on a stream
+		// above our GOAWAY's last id, are ignored (lateframes.go); the block was
+		// decoded all the same, the HPACK table is in step.
+		if ignored, err := c.ignoreLate(id); ignored {
+			return err
+		}
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
 	}
 	c.maxSeen = id
+	if c.goingAway {
+		// Above the GOAWAY's last stream id: ignored, and charged as a frame that does
+		// no work (the block was decoded).
+		return c.spendJunk()
+	}
+	if c.opened++; c.opened >= c.cfg.MaxStreams {
+		// The connection's last stream: served, and announced as the last one
+		// (Config.MaxStreams). Later ones are ignored, and the connection closes
+		// once its streams are done.
+		c.goAwayLocked(http2.ErrCodeNo)
+	}
 	if b.selfDep {
 		return c.refuse(id, http2.ErrCodeProtocol)
-	}
-	if c.goingAway {
-		return nil // above the GOAWAY's last stream id: ignored
 	}
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
 		return c.refuse(id, http2.ErrCodeRefusedStream)
@@ -172,12 +186,18 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
 		}
 		if st == nil {
-			// Frames in flight when the stream ended are normal; a stream of them is
-			// charged like any frame that does no work.
+			// A body in flight when we reset the stream is ignored (lateframes.go).
+			if ignored, err := c.ignoreLate(id); ignored {
+				return err
+			}
+			// On a stream the client ended, or one closed long ago: a stream error,
+			// charged like any frame that does no work. The stream is then
+			// remembered as reset: what else is in flight on it is ignored, not
+			// answered with a RST_STREAM each.
 			if err := c.spendJunk(); err != nil {
 				return err
 			}
-			return c.queueCtrl(item{kind: itReset, id: id, code: http2.ErrCodeStreamClosed})
+			return c.queueReset(id, http2.ErrCodeStreamClosed)
 		}
 		if st.reset {
 			return nil // in flight when we reset it
@@ -324,12 +344,16 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 		if f.StreamID > c.maxSeen {
 			return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
 		}
-		return nil
-	}
-	if !st.handlerDone {
-		if err := c.spendReset(); err != nil {
+		// A reset of a stream that is over: ignored, and charged (lateframes.go).
+		if ignored, err := c.ignoreLate(f.StreamID); ignored {
 			return err
 		}
+		return c.spendReset()
+	}
+	// Charged whether or not the handler still works: a reset once the answer is
+	// complete is still one stream's work (the target's) thrown away.
+	if err := c.spendReset(); err != nil {
+		return err
 	}
 	st.resetLocked(ErrStreamReset)
 	c.closeStream(st)
@@ -352,10 +376,17 @@ func (c *Conn) streamError(st *Stream, code http2.ErrCode) error {
 
 // refuse resets a stream that never started, and charges it.
 func (c *Conn) refuse(id uint32, code http2.ErrCode) error {
-	if err := c.queueCtrl(item{kind: itReset, id: id, code: code}); err != nil {
+	if err := c.queueReset(id, code); err != nil {
 		return err
 	}
 	return c.spendReset()
+}
+
+// queueReset queues RST_STREAM for id and remembers it, so that the frames the client
+// sent before the reset reached it are ignored (lateframes.go).
+func (c *Conn) queueReset(id uint32, code http2.ErrCode) error {
+	c.noteReset(id)
+	return c.queueCtrl(item{kind: itReset, id: id, code: code})
 }
 
 // closeStream removes st from the open streams; its slot is free once its handler

@@ -276,7 +276,14 @@ func (c *Conn) headerStreamError(id uint32, code http2.ErrCode) error {
 		return c.streamError(st, code)
 	}
 	if id%2 == 1 && id > c.maxSeen {
+		if c.goingAway {
+			// Above the GOAWAY's last stream id: ignored, as a valid one would be.
+			c.maxSeen = id
+			return c.spendJunk()
+		}
 		c.maxSeen = id
+	} else if ignored, err := c.ignoreLate(id); ignored {
+		return err // a bad block on a stream we reset: ignored as well
 	}
 	return c.refuse(id, code)
 }

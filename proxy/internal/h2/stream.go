@@ -186,7 +186,7 @@ func (c *Conn) resetStream(st *Stream, code http2.ErrCode, err error) error {
 		st.resetLocked(err)
 		c.closeStream(st)
 	}
-	return c.queueCtrl(item{kind: itReset, id: id, code: code})
+	return c.queueReset(id, code)
 }
 
 // Read reads the request body; io.EOF at its end. It waits for the client, at most

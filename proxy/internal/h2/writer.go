@@ -309,6 +309,7 @@ func (c *Conn) sentEnd(st *Stream) {
 	st.endSent = true // its buffer goes back once the batch is written (releaseBatch)
 	if st.rstAfterEnd {
 		c.items = append(c.items, item{kind: itReset, id: st.id, code: http2.ErrCodeNo})
+		c.noteReset(st.id) // the client's trailers may be on their way (lateframes.go)
 		st.resetLocked(ErrStreamReset)
 		c.closeStream(st)
 		return
