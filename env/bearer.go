@@ -57,8 +57,13 @@ const minEncodedCore = 8
 // text. It replaces every occurrence of the bearer's value with "[redacted]", and also the
 // forms in which a peer may echo it: JSON-escaped (with and without HTML escaping),
 // Go-quoted, URL-escaped, upper- or lower-cased, hexadecimal (either case) and base64
-// (standard and URL alphabets, padded or not, alone or inside a longer encoded text). The
-// zero bearer's scrubber returns text unchanged. The function is safe for concurrent use.
+// (standard and URL alphabets, padded or not, alone or inside a longer encoded text). A
+// text that still holds 8 bytes in a row of the bearer after any chain of up to three
+// common decodings (entities, %xx, backslash escapes, hex with or without separators,
+// base64, reversal, rot13; case ignored) is withheld whole (see holdsBearer). Since no
+// list of encodings is complete, text a peer chose is logged through this function at
+// debug level only; higher levels carry its fingerprint. The zero bearer's scrubber
+// returns text unchanged. The function is safe for concurrent use.
 func (b Bearer) Scrubber() func(string) string {
 	if b.value == "" {
 		return func(s string) string { return s }
@@ -68,7 +73,15 @@ func (b Bearer) Scrubber() func(string) string {
 	for _, f := range forms {
 		pairs = append(pairs, f, redacted)
 	}
-	return strings.NewReplacer(pairs...).Replace
+	replace := strings.NewReplacer(pairs...).Replace
+	v := b.value
+	return func(s string) string {
+		s = replace(s)
+		if holdsBearer(v, s) {
+			return withheld
+		}
+		return s
+	}
 }
 
 // echoForms lists v and its encodings, unique, longest first: strings.Replacer takes the

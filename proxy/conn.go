@@ -217,6 +217,20 @@ func (c *clientConn) setProto(p stats.Proto) {
 
 func (c *clientConn) isTLS() bool { return c.tc != nil }
 
+// tlsIn is how many bytes crypto/tls has taken from the socket (records, not plaintext);
+// false for a plain connection or when the socket does not count them (rawnet.TCPConn
+// does, on Linux). Only the connection's reader may ask.
+func (c *clientConn) tlsIn() (int64, bool) {
+	if c.tc == nil {
+		return 0, false
+	}
+	r, ok := c.tc.NetConn().(interface{ BytesRead() int64 })
+	if !ok {
+		return 0, false
+	}
+	return r.BytesRead(), true
+}
+
 // resetOnClose makes Close reset the TCP connection (SO_LINGER 0), dropping whatever is
 // still queued for a client that stopped reading.
 func (c *clientConn) resetOnClose() {

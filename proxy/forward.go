@@ -256,14 +256,15 @@ func (s *Server) relayHTTP(w http.ResponseWriter, r *http.Request, rs *reqState,
 }
 
 // httpTarget appends the request-target r goes to its target with: the path re-escaped
-// where needed and the query as it came (appendTarget), the origin form of an absolute
+// where needed, the query as it came on HTTP/1.1 and with the bytes a query may not hold
+// percent-encoded on HTTP/2 and HTTP/3 (appendTarget), the origin form of an absolute
 // one.
 func httpTarget(b []byte, r *http.Request) ([]byte, error) {
 	uri := r.RequestURI
 	if uri == "" || uri[0] != '/' && uri != "*" {
 		uri = r.URL.RequestURI()
 	}
-	return appendTarget(b, uri)
+	return appendTargetQuery(b, uri, r.ProtoMajor < 2)
 }
 
 // appendHeaderFields flattens a net/http header (hop-by-hop fields and those its

@@ -10,18 +10,37 @@ import (
 
 // Idle connections without a read buffer or a goroutine.
 //
-// A plain HTTP/1.1 connection that waited h1ParkAfter for its next request "parks": its
+// An HTTP/1.1 connection that waited h1ParkAfter for its next request "parks": its
 // serving goroutine puts the 8 KiB read buffer back into a pool, hands the connection to
 // the server's parker and ends. On Linux the parker (h1idle_linux.go) is one goroutine per
 // Server that waits on an epoll instance of its own for any parked connection to become
 // readable; then it starts a serving goroutine for that connection, which takes a buffer
 // and serves on exactly as before. The parker also closes parked connections idle past
 // IdleTimeout, and Shutdown closes them at once like any idle connection. An idle
-// connection then costs only its connection state (about 1 KiB; bench/README.md,
-// reliability/idle_test.go) instead of a buffer and a goroutine stack. Busy connections
-// never park: the hot path is unchanged except for a pooled buffer instead of an
-// allocated one. TLS connections do not park (crypto/tls may hold decrypted bytes that a
-// poll of the socket cannot see). Elsewhere than Linux nothing parks (h1idle_other.go).
+// connection then costs only its connection state (about 1.2 KiB plain, 3.6 KiB over
+// TLS; bench/README.md, reliability/idle_test.go) instead of a buffer and a goroutine
+// stack. Busy connections never park: the hot path is unchanged except for a pooled
+// buffer instead of an allocated one. Elsewhere than Linux nothing parks
+// (h1idle_other.go).
+//
+// HTTP/1.1 over TLS parks alike: crypto/tls may hold bytes that a poll of the socket
+// cannot see, but the idle wait that ends in a park is itself the proof that it holds
+// nothing to serve. A tls.Conn Read that times out returned no plaintext (it returns what
+// it has decrypted first) and decrypted every complete record it had taken from the
+// socket (it reads the socket only when it lacks the rest of a record): what may be left
+// is part of one record, whose rest the socket announces when it comes. crypto/tls
+// treats a timeout as temporary, so the connection reads on after the park as if the
+// Read had never ended. A part of a record that came during the idle wait means a
+// request is on its way: the connection does not park but waits for the rest under
+// ReadHeaderTimeout (recordInPart), so a client cannot hold a connection for longer
+// than the idle timeout by trickling a record a byte at a time. Whether crypto/tls holds
+// part of a record is read from its record buffer (tlsHeld, tlsbuf.go). Should that not
+// be known (a Go release without the field), the record bytes counted below crypto/tls
+// (rawnet.TCPConn.BytesRead) since the idle wait began stand in; counting bytes rather
+// than records, a complete record that carries no request (a TLS 1.3 KeyUpdate) during
+// the idle wait then also counts as a request on its way, so such a connection closes at
+// ReadHeaderTimeout after its park would have begun unless a request follows. At the
+// park, crypto/tls's empty input buffers are dropped too (tlsbuf.go).
 //
 // Ownership. A connection belongs to exactly one party at a time: its serving goroutine,
 // or, in state h1Parked, the parker. Only a holder of parker.mu moves a connection into or
@@ -82,3 +101,35 @@ func (c *h1Conn) unparked() {
 // parkedDeadline is when a parked connection's idle timeout ends: IdleTimeout after its
 // idle wait began, as if it had kept waiting on its goroutine.
 func (c *h1Conn) parkedDeadline() time.Time { return c.dlSetAt.Add(c.s.cfg.IdleTimeout) }
+
+// canParkTLS reports whether the connection may park as far as TLS goes: plain ones may;
+// TLS ones when the record bytes taken from the socket are counted (rawnet, Linux).
+func (c *h1Conn) canParkTLS() bool {
+	_, ok := c.cc.tlsIn()
+	return !c.secure || ok
+}
+
+// markRecords notes, as an idle wait begins, how many record bytes crypto/tls has taken
+// from the socket (TLS connections that park; recordInPart).
+func (c *h1Conn) markRecords() {
+	if c.secure && c.parkable {
+		c.tlsMark, _ = c.cc.tlsIn()
+	}
+}
+
+// recordInPart reports whether the idle wait of a parkable TLS connection ended (err, a
+// timeout) with part of a record in crypto/tls: a request on its way.
+func (c *h1Conn) recordInPart(err error) bool {
+	if !c.secure || !c.parkable || !c.dlIdle {
+		return false
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	if held, ok := tlsHeld(c.cc.tc); ok {
+		return held
+	}
+	n, _ := c.cc.tlsIn() // record bytes taken since the wait began
+	return n > c.tlsMark
+}

@@ -128,6 +128,9 @@ func (p *parker) park(c *h1Conn) bool {
 	}
 	// From here c is h1Parked: closeIdle and closeAll claim it (under mu) instead of
 	// closing it, so its descriptor stays open while we hold mu.
+	if c.secure {
+		dropTLSBuffers(c.cc.tc) // tlsbuf.go; c is ours: its goroutine is this one
+	}
 	p.seq++
 	seq := p.seq
 	var fd int
@@ -280,7 +283,13 @@ func (p *parker) run() {
 			ready[i] = nil
 		}
 		for i, c := range expired {
-			c.finish(false)
+			if c.secure {
+				// crypto/tls's Close sends close_notify and may wait up to 5 s for room
+				// to (a client that stopped reading): not on the parker's goroutine.
+				p.s.h1.wg.Go(func() { c.finish(false) }) // as the release above
+			} else {
+				c.finish(false)
+			}
 			expired[i] = nil
 		}
 		ready, expired = ready[:0], expired[:0]

@@ -44,8 +44,9 @@ const (
 	// h1IdleSlack: the idle deadline is renewed only when it is at least this old, which
 	// saves a timer update per request on busy connections.
 	h1IdleSlack = time.Second
-	// h1ParkAfter: a plain connection idle for between h1ParkAfter-h1IdleSlack and
-	// h1ParkAfter gives its read buffer back and waits without a goroutine (h1idle.go).
+	// h1ParkAfter: an HTTP/1.1 connection (plain or TLS) idle for between
+	// h1ParkAfter-h1IdleSlack and h1ParkAfter gives its read buffer back and waits without
+	// a goroutine (h1idle.go).
 	h1ParkAfter = 2 * time.Second
 )
 
@@ -84,11 +85,12 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
-	parkable bool                // plain TCP, and the server has a parker (h1idle.go)
+	parkable bool                // on TCP (plain or TLS), and the server has a parker (h1idle.go)
 	parking  bool                // run returned to park the idle connection
 	pk       *parker             // the server's parker, when parkable
 	parkSeq  uint64              // the parker's number for the connection's current park
 	parkFd   int                 // the descriptor it is parked at (the parker's)
+	tlsMark  int64               // TLS: record bytes taken from the socket when the idle wait began
 	started  time.Time           // accepted at
 	now      time.Time           // read once per request
 	closing  bool                // the current response says Connection: close; then the conn closes
@@ -342,7 +344,7 @@ func (c *h1Conn) run() (handoff bool) {
 	}
 	c.ip = clientIP(c.cc.RemoteAddr().String())
 	c.trusted = s.isTrusted(c.ip)
-	if pk := s.parker; pk != nil && !c.secure && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil {
+	if pk := s.parker; pk != nil && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
 		c.parkable, c.pk = true, pk
 	}
 	c.rbuf = getReadBuf()
@@ -571,7 +573,7 @@ func (c *h1Conn) readHead() int {
 				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 				c.headerDeadline, c.dlIdle = true, false
 			}
-		} else if c.served > 0 {
+		} else if c.served > 0 && !c.headerDeadline {
 			c.state.Store(h1Idle)
 			if s.draining.Load() {
 				return h1Close
@@ -579,6 +581,7 @@ func (c *h1Conn) readHead() int {
 			if !c.dlIdle || time.Since(c.dlSetAt) >= h1IdleSlack {
 				c.setIdleDeadline()
 			}
+			c.markRecords()
 		}
 		nr, err := c.read(c.rbuf[c.w:])
 		if err == errRawWait {
@@ -595,6 +598,17 @@ func (c *h1Conn) readHead() int {
 				if h1wire.HeadEnd(c.rbuf[c.r:c.w], 0) >= 0 {
 					continue
 				}
+			}
+			if c.recordInPart(err) {
+				// Part of a TLS record came during the idle wait: a request is on its
+				// way (busy, as when a plain head has begun), under ReadHeaderTimeout
+				// from now (h1idle.go).
+				if !c.activate() {
+					return h1Close
+				}
+				_ = c.cc.SetReadDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+				c.headerDeadline, c.dlIdle = true, false
+				continue
 			}
 			return c.readFailed(err)
 		}

@@ -165,28 +165,90 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 }
 
 // appendTarget appends the request-target for :path. A path made only of what a URL
-// path may hold unescaped (and valid %-escapes) goes as it came, query included; any
-// other is re-escaped as net/http's request writer would (url.URL.RequestURI), so that
-// both HTTP/2 paths forward the same target.
-func appendTarget(b []byte, p string) ([]byte, error) {
+// path may hold unescaped (and valid %-escapes) goes as it came; any other is re-escaped
+// as net/http's request writer would (url.URL.RequestURI), so that both HTTP/2 paths
+// forward the same target. The query keeps every byte a request-target's query may hold
+// (RFC 3986 §3.4, valid %-escapes included) and has any other percent-encoded (bytes of
+// 0x80 and above, space, '"', '#', '<', '>', '\\', '^', '`', '{', '|', '}', a '%' that
+// starts no escape): an HTTP/2 or HTTP/3 :path may carry raw bytes an HTTP/1.1 request
+// line's targets do not expect. Control bytes never get here (the front-ends refuse them).
+func appendTarget(b []byte, p string) ([]byte, error) { return appendTargetQuery(b, p, false) }
+
+// appendTargetQuery is appendTarget; rawQuery appends the query as it came, for an
+// HTTP/1.1 request on net/http's front-end, whose request line already was a target (the
+// fast path forwards it so too).
+func appendTargetQuery(b []byte, p string, rawQuery bool) ([]byte, error) {
 	if p == "*" {
 		return append(b, '*'), nil
 	}
-	path := p
+	path, query, hasQuery := p, "", false
 	for i := 0; i < len(p); i++ {
 		if p[i] == '?' {
-			path = p[:i]
+			path, query, hasQuery = p[:i], p[i+1:], true
 			break
 		}
 	}
-	if pathVerbatim(path) {
-		return append(b, p...), nil
+	switch {
+	case path == "": // no origin-form target is empty
+		b = append(b, '/')
+	case pathVerbatim(path):
+		b = append(b, path...)
+	default:
+		u, err := url.ParseRequestURI(path)
+		if err != nil {
+			return b, err
+		}
+		b = append(b, u.EscapedPath()...)
 	}
-	u, err := url.ParseRequestURI(p)
-	if err != nil {
-		return b, err
+	switch {
+	case !hasQuery:
+	case rawQuery:
+		b = append(append(b, '?'), query...)
+	default:
+		b = appendQuery(append(b, '?'), query)
 	}
-	return append(b, u.RequestURI()...), nil
+	return b, nil
+}
+
+// appendQuery appends q with every byte a query may not hold percent-encoded (upper-case
+// hex, as url.QueryEscape writes it). A query that needs none is appended in one copy.
+func appendQuery(b []byte, q string) []byte {
+	i := 0
+	for i < len(q) && queryByte(q, i) {
+		i++
+	}
+	if i == len(q) {
+		return append(b, q...)
+	}
+	b = append(b, q[:i]...)
+	for ; i < len(q); i++ {
+		if queryByte(q, i) {
+			b = append(b, q[i])
+		} else {
+			b = append(b, '%', upperHex[q[i]>>4], upperHex[q[i]&15])
+		}
+	}
+	return b
+}
+
+const upperHex = "0123456789ABCDEF"
+
+// queryByte reports whether q[i] may stand in a query as it is: pchar, '/' or '?', and
+// '%' only when it starts a %-escape of two hex digits.
+func queryByte(q string, i int) bool {
+	c := q[i]
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	case c == '-' || c == '_' || c == '.' || c == '~' || c == '/' || c == '?' || c == ':' || c == '@':
+		return true
+	case c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' || c == '*' ||
+		c == '+' || c == ',' || c == ';' || c == '=':
+		return true
+	case c == '%':
+		return i+2 < len(q) && isHex(q[i+1]) && isHex(q[i+2])
+	}
+	return false
 }
 
 // pathVerbatim reports a path that url.URL.EscapedPath gives back unchanged: unreserved

@@ -18,6 +18,10 @@ import (
 // protocols, then copies the stream's DATA and the target connection's bytes both ways.
 func (x *h2Req) tunnel() {
 	s, st, rq, f := x.f.s, x.st, x.rq, x.f
+	if !originForm(rq.Path) {
+		x.answer(outcomeBadRequest)
+		return
+	}
 	if !s.tunnels.acquire() {
 		x.answer(outcomeUnavailable)
 		return
@@ -64,7 +68,7 @@ func (x *h2Req) tunnel() {
 	x.status = http.StatusOK
 	x.out += headBytes(fields)
 	bc, br := u.tunnelConn()
-	st.SetBodyTimeout(0) // a WebSocket may be silent for as long as it likes
+	st.SetBodyTimeout(0) // a WebSocket may be silent up to TunnelIdleTimeout (sweepIdle)
 	if err := st.WriteHead(http.StatusOK, fields, nil, false); err != nil {
 		bc.Close()
 		x.clientStopped(err)
@@ -75,6 +79,22 @@ func (x *h2Req) tunnel() {
 	s.countUpgrade(e, stats.ProtoHTTP2, x.in, x.out)
 	up, down := s.runTunnel(e, stats.ProtoHTTP2, &streamConn{st: st, local: f.cc.LocalAddr(), remote: f.cc.RemoteAddr()}, bc, br)
 	x.in, x.out = x.in+up, x.out+down
+}
+
+// originForm reports whether an extended CONNECT's :path (RFC 8441 §4, RFC 9220 §3) is an
+// origin-form target: it starts with '/' and holds no control byte. Anything else ('*',
+// an authority, an absolute URI) is refused with 400 before any target sees it: it would
+// otherwise become the request line of the upgrade the target gets (GET * HTTP/1.1).
+func originForm(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x20 || p[i] == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // streamConn is an HTTP/2 stream as the client side of a tunnel: Close resets it.

@@ -19,6 +19,10 @@ import (
 // HTTP/1.1 WebSocket upgrade to a target (xconnect.go), answers 200 when the target
 // switches protocols, takes the QUIC stream over and copies bytes both ways.
 func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *reqState) {
+	if !originForm(r.RequestURI) { // quic-go refuses most of these already
+		s.answer(w, rs, outcomeBadRequest)
+		return
+	}
 	streamer, ok := w.(http3.HTTPStreamer)
 	if !ok {
 		s.answer(w, rs, outcomeHandshake)

@@ -62,6 +62,13 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes idle client keep-alive connections (0 -> 120s).
 	IdleTimeout time.Duration
+	// TunnelIdleTimeout closes a tunnel (a WebSocket over HTTP/1.1, HTTP/2 or HTTP/3)
+	// through which no byte passed, either way, for this long (0 -> 5m). It is longer than
+	// the idle timeouts applications commonly live behind (nginx's proxy_read_timeout and
+	// AWS ALB 60 s, Cloudflare 100 s), so whatever keeps a tunnel alive there does here.
+	// One sweep checks every tunnel each TunnelIdleTimeout/8: a tunnel is closed at most an
+	// eighth late, never early.
+	TunnelIdleTimeout time.Duration
 	// MaxHeaderBytes limits a client's request header (0 -> 64 KiB).
 	MaxHeaderBytes int
 	// ClientBodyTimeout bounds how long reading a request body may go without progress
@@ -162,6 +169,7 @@ const (
 	defaultMaxHeaderBytes        = 64 << 10
 	defaultClientBodyTimeout     = 30 * time.Second
 	defaultClientSendTimeout     = 30 * time.Second
+	defaultTunnelIdleTimeout     = 5 * time.Minute
 	// maxConcurrentStreams bounds the requests one HTTP/2 or HTTP/3 connection may have
 	// open at once (nginx's default), and with them the targets' connections it holds.
 	maxConcurrentStreams = 128
@@ -258,6 +266,7 @@ func New(cfg Config) (*Server, error) {
 	def(&cfg.IdleTimeout, defaultIdleTimeout)
 	def(&cfg.ClientBodyTimeout, defaultClientBodyTimeout)
 	def(&cfg.ClientSendTimeout, defaultClientSendTimeout)
+	def(&cfg.TunnelIdleTimeout, defaultTunnelIdleTimeout)
 	if cfg.MaxHeaderBytes == 0 {
 		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
@@ -485,6 +494,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(untarpitted)
 		s.tarpit.run(stapleCtx)
 	}()
+	// Idle tunnels are closed until the last tunnel ended (below).
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	sweptIdle := make(chan struct{})
+	go func() {
+		defer close(sweptIdle)
+		s.tunnels.sweepIdle(sweepCtx, s.cfg.TunnelIdleTimeout, s.totals.TunnelClosedIdle)
+	}()
 	s.ready.Store(!s.draining.Load())
 	stop := context.AfterFunc(ctx, s.closeNow)
 	wg.Wait()
@@ -512,6 +528,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.h1.wg.Wait()
 	s.tunnels.wg.Wait()
+	stopSweep()
+	<-sweptIdle
 	s.h3.conns.Wait()
 	select {
 	case err := <-errc:

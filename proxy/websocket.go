@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/serve-zone/ingress/stats"
@@ -82,7 +83,7 @@ func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u *upgradeResul
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var err error
-		up, err = s.pipe(bc, brw.Reader, e.Stats, stats.ProtoHTTP1, true)
+		up, err = s.pipe(bc, brw.Reader, e.Stats, stats.ProtoHTTP1, true, t)
 		if err != nil {
 			t.close()
 		} else {
@@ -90,7 +91,7 @@ func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u *upgradeResul
 		}
 	})
 	var derr error
-	down, derr = s.pipe(cconn, br, e.Stats, stats.ProtoHTTP1, false)
+	down, derr = s.pipe(cconn, br, e.Stats, stats.ProtoHTTP1, false, t)
 	if derr != nil {
 		t.close()
 	} else {
@@ -104,9 +105,10 @@ func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u *upgradeResul
 }
 
 // pipe copies src to dst, counting each chunk into the route (and the totals when they
-// take bytes alone) as it passes, so long tunnels land on the right day. in says which
-// direction: client to target (true) or target to client.
-func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, p stats.Proto, in bool) (int64, error) {
+// take bytes alone) as it passes, so long tunnels land on the right day, and stamping t's
+// last activity (sweepIdle). in says which direction: client to target (true) or target
+// to client.
+func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, p stats.Proto, in bool, t *tunnel) (int64, error) {
 	bp := bufPool.Get().(*[copyBufSize]byte)
 	defer bufPool.Put(bp)
 	buf := bp[:]
@@ -114,7 +116,9 @@ func (s *Server) pipe(dst io.Writer, src io.Reader, h *stats.Host, p stats.Proto
 	for {
 		nr, er := src.Read(buf)
 		if nr > 0 {
+			t.touch()
 			nw, ew := dst.Write(buf[:nr])
+			t.touch()
 			total += int64(nw)
 			if nw > 0 {
 				n := int64(nw)
@@ -162,7 +166,18 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 type tunnel struct {
 	once            sync.Once
 	client, backend net.Conn
+	// last is when a byte last passed either way (nanoseconds on the monotonic clock
+	// since tunnelEpoch, so that no wall-clock step closes or keeps tunnels): pipe stamps
+	// it after each read and write, and sweepIdle closes the tunnel once it is older than
+	// Config.TunnelIdleTimeout. One atomic store per chunk, no timer.
+	last atomic.Int64
 }
+
+// tunnelEpoch is the origin of tunnel.last's clock.
+var tunnelEpoch = time.Now()
+
+// touch records that bytes just passed.
+func (t *tunnel) touch() { t.last.Store(int64(time.Since(tunnelEpoch))) }
 
 func (t *tunnel) close() {
 	t.once.Do(func() {
@@ -201,8 +216,9 @@ func (ts *tunnelSet) release() {
 	ts.wg.Done()
 }
 
-// add registers an open tunnel; false means the set was closed meanwhile.
+// add registers an open tunnel, idle from now; false means the set was closed meanwhile.
 func (ts *tunnelSet) add(t *tunnel) bool {
+	t.touch()
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.m == nil {
@@ -210,6 +226,38 @@ func (ts *tunnelSet) add(t *tunnel) bool {
 	}
 	ts.m[t] = struct{}{}
 	return true
+}
+
+// sweepIdle closes every open tunnel through which no byte passed, either way, for
+// timeout, looking every timeout/8 (so a tunnel is closed at most an eighth late, never
+// early) until ctx ends; closed is called once per tunnel it closes. Serve runs it: one
+// goroutine for all tunnels, instead of a timer per tunnel or a deadline per read.
+func (ts *tunnelSet) sweepIdle(ctx context.Context, timeout time.Duration, closed func()) {
+	tick := time.NewTicker(max(timeout/8, time.Millisecond))
+	defer tick.Stop()
+	var idle []*tunnel
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			before := int64(now.Sub(tunnelEpoch) - timeout)
+			idle = idle[:0]
+			ts.mu.Lock()
+			for t := range ts.m {
+				if t.last.Load() <= before {
+					idle = append(idle, t)
+					delete(ts.m, t) // its runTunnel's remove finds it gone
+				}
+			}
+			ts.mu.Unlock()
+			for _, t := range idle {
+				t.close()
+				closed()
+			}
+			clear(idle)
+		}
+	}
 }
 
 func (ts *tunnelSet) remove(t *tunnel) {

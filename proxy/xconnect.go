@@ -170,7 +170,8 @@ type tunnelClient interface {
 // runTunnel copies bytes both ways between the client's stream and the target until
 // both directions end, each chunk counted into e's route as it passes (so long tunnels
 // land on the right day; the totals under protocol p). The tunnel is tracked like an HTTP/1.1 one (tunnelSet): no
-// route-table swap touches it, Shutdown waits for it and its deadline closes it. It
+// route-table swap touches it, Shutdown waits for it and its deadline closes it, and so
+// does TunnelIdleTimeout without a byte either way (sweepIdle). It
 // returns the bytes that went up (client to target) and down.
 func (s *Server) runTunnel(e *routetable.Entry, p stats.Proto, client tunnelClient, bc net.Conn, br io.Reader) (up, down int64) {
 	t := &tunnel{client: client, backend: bc}
@@ -183,7 +184,7 @@ func (s *Server) runTunnel(e *routetable.Entry, p stats.Proto, client tunnelClie
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var err error
-		up, err = s.pipe(bc, client, e.Stats, p, true)
+		up, err = s.pipe(bc, client, e.Stats, p, true, t)
 		if err != nil {
 			t.close()
 		} else {
@@ -191,7 +192,7 @@ func (s *Server) runTunnel(e *routetable.Entry, p stats.Proto, client tunnelClie
 		}
 	})
 	var err error
-	down, err = s.pipe(client, br, e.Stats, p, false)
+	down, err = s.pipe(client, br, e.Stats, p, false, t)
 	if err != nil {
 		t.close()
 	} else {

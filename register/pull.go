@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/serve-zone/ingress/internal/redact"
 	"github.com/serve-zone/ingress/relay"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
@@ -152,6 +153,7 @@ func (s *Session) pull(ctx context.Context, peer *relay.Peer, why string) bool {
 	}
 	table, err := decodeTableAnswer(raw)
 	if err != nil {
+		err = redact.Opaque("the relay's route table answer breaks the contract", err)
 		s.m.pullFailures.Inc()
 		s.log.Warn("route table answer malformed", s.relayError(err))
 		return false

@@ -18,15 +18,18 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/serve-zone/ingress/env"
+	"github.com/serve-zone/ingress/internal/redact"
 	"github.com/serve-zone/ingress/relay"
 	"github.com/serve-zone/ingress/routetable"
 )
 
 // A relay may echo the registration, and with it the bearer, anywhere: in an error text, a
 // refusal reason, an offer, an unexpected key, a close reason, a method name or a
-// correlation id. These tests run a session against a relay that does each, and check that
-// the line reporting it is still logged, with the marker where the bearer was, and that no
-// log line, field or error text sent back holds the bearer in any form.
+// correlation id, and in any encoding. These tests run a session against a relay that does
+// each, and check that the line reporting it is still logged, with validated values and the
+// text's fingerprint where the relay's text was, that no line above debug level holds any
+// of the relay's text (not even scrubbed), and that no log line, field or error text sent
+// back holds the bearer in any form.
 
 const (
 	echoFrag1 = "s3cr3t"
@@ -221,6 +224,9 @@ func echoSession(t *testing.T, first func(r *relayConn, reg relay.Envelope, bear
 			if leaks(line) {
 				t.Errorf("a log line holds the bearer: %s", line)
 			}
+			if e.Level > zapcore.DebugLevel && (strings.Contains(line, marker) || strings.Contains(line, "[withheld")) {
+				t.Errorf("a line above debug level holds the relay's text, scrubbed: %s", line)
+			}
 		}
 	})
 	runCtx, stop := context.WithCancel(context.Background())
@@ -237,7 +243,8 @@ func echoSession(t *testing.T, first func(r *relayConn, reg relay.Envelope, bear
 	return w
 }
 
-func TestRelayEchoesOfTheBearerAreScrubbed(t *testing.T) {
+func TestRelayEchoesOfTheBearerAreFingerprinted(t *testing.T) {
+	fp := redact.Fingerprint
 	type want struct{ msg, key, contains string }
 	const acceptedProtocol = `"protocol":{"name":"serve.zone/cluster-ingress","minVersion":1,"maxVersion":1}`
 	cases := []struct {
@@ -250,44 +257,44 @@ func TestRelayEchoesOfTheBearerAreScrubbed(t *testing.T) {
 			r.answer(reg, "", &relay.ErrorBody{Text: "cluster ingress registration refused", Data: json.RawMessage(
 				`{"code":"cluster-ingress-registration-refused","reason":` + jsonString("bearer-refused: "+b) + `,"retryAfterMs":1000}`)})
 		},
-		want: []want{{"registration failed", "reason", "bearer-refused: " + marker}},
+		want: []want{{"registration failed", "reason", "unknown (" + fp(`bearer-refused: `+echoSecret) + ")"}},
 	}, {
 		name: "error text",
 		relay: func(r *relayConn, reg relay.Envelope, b string) {
 			r.answer(reg, "", &relay.ErrorBody{Text: "bearer " + b + " is not known"})
 		},
-		want: []want{{"registration failed", "error", `bearer ` + marker + ` is not known`}},
+		want: []want{{"registration failed", "error", "relay: remote error (text of " + fp("bearer "+echoSecret+" is not known") + ")"}},
 	}, {
 		name: "error text quoting the registration body",
 		relay: func(r *relayConn, reg relay.Envelope, _ string) {
 			r.answer(reg, "", &relay.ErrorBody{Text: string(reg.Request)}) // the bearer JSON-escaped
 		},
-		want: []want{{"registration failed", "error", `\"bearer\":\"` + marker + `\"`}},
+		want: []want{{"registration failed", "error", "relay: remote error (text of "}},
 	}, {
 		name: "error text with the bearer in base64",
 		relay: func(r *relayConn, reg relay.Envelope, b string) {
 			r.answer(reg, "", &relay.ErrorBody{Text: "token " + base64.StdEncoding.EncodeToString([]byte(b))})
 		},
-		want: []want{{"registration failed", "error", "token " + marker}},
+		want: []want{{"registration failed", "error", "relay: remote error (text of 46 bytes"}},
 	}, {
 		name: "protocol refusal offer",
 		relay: func(r *relayConn, reg relay.Envelope, b string) {
 			r.answer(reg, "", &relay.ErrorBody{Text: "protocol refused", Data: json.RawMessage(
 				`{"code":"protocol-refused","offer":{"name":` + jsonString(b) + `,"minVersion":2,"maxVersion":3}}`)})
 		},
-		want: []want{{"protocol refused by the relay", "relayOffer", marker + " 2..3"}},
+		want: []want{{"protocol refused by the relay", "relayOffer", "unknown (" + fp(echoSecret) + ") 2..3"}},
 	}, {
 		name: "unexpected key in the acceptance",
 		relay: func(r *relayConn, reg relay.Envelope, b string) {
 			r.answer(reg, `{"accepted":true,"revision":null,`+acceptedProtocol+`,`+jsonString(b)+`:true}`, nil)
 		},
-		want: []want{{"registration failed", "error", "response." + marker + " is not allowed"}},
+		want: []want{{"registration failed", "error", "the relay's acceptance breaks the contract ("}},
 	}, {
 		name: "close reason",
 		relay: func(r *relayConn, _ relay.Envelope, b string) {
 			_ = r.c.Close(websocket.StatusPolicyViolation, "bearer "+b+" refused")
 		},
-		want: []want{{"relay peer closed", "error", "bearer " + marker + " refused"}},
+		want: []want{{"relay peer closed", "error", "the peer closed the socket with status 1008"}},
 	}, {
 		name: "method and correlation id",
 		relay: func(r *relayConn, reg relay.Envelope, b string) {
@@ -298,10 +305,10 @@ func TestRelayEchoesOfTheBearerAreScrubbed(t *testing.T) {
 					Correlation: relay.Correlation{ID: "echo-" + b, Phase: relay.PhaseRequest}})
 		},
 		want: []want{
-			{"relay answer dropped: unknown correlation id", "correlationId", marker},
-			{"relay answer dropped: unknown correlation id", "method", marker},
-			{"relay request for an unknown method", "method", "echo-" + marker},
-			{"relay request for an unknown method", "correlationId", "echo-" + marker},
+			{"relay answer dropped: unknown correlation id", "correlationId", fp(echoSecret)},
+			{"relay answer dropped: unknown correlation id", "method", fp(echoSecret)},
+			{"relay request for an unknown method", "method", fp("echo-" + echoSecret)},
+			{"relay request for an unknown method", "correlationId", fp("echo-" + echoSecret)},
 		},
 	}, {
 		name: "route table pull error text",
@@ -313,7 +320,7 @@ func TestRelayEchoesOfTheBearerAreScrubbed(t *testing.T) {
 				r.answer(pull, "", &relay.ErrorBody{Text: "no table for " + b})
 			}
 		},
-		want: []want{{"route table pull failed", "error", "no table for " + marker}},
+		want: []want{{"route table pull failed", "error", "relay: remote error (text of " + fp("no table for "+echoSecret) + ")"}},
 	}, {
 		name: "unexpected key in the route table answer",
 		relay: func(r *relayConn, reg relay.Envelope, b string) {
@@ -324,7 +331,7 @@ func TestRelayEchoesOfTheBearerAreScrubbed(t *testing.T) {
 				r.answer(pull, `{"table":null,`+jsonString(b)+`:1}`, nil)
 			}
 		},
-		want: []want{{"route table answer malformed", "error", "response." + marker + " is not allowed"}},
+		want: []want{{"route table answer malformed", "error", "the relay's route table answer breaks the contract ("}},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/serve-zone/ingress/env"
 	"github.com/serve-zone/ingress/internal/redact"
@@ -62,10 +63,12 @@ type Session struct {
 	cfg Config
 	log *zap.Logger
 	m   *metrics
-	// scrub is the bearer's scrubber (env.Bearer.Scrubber) followed by redact.PrivateKeys:
-	// every string the relay sent passes through it before it reaches a log line or an
-	// error text, since a relay may echo the registration, or the private keys of the
-	// tables it sends, in any of them. The relay peer gets it as relay.Options.Redact.
+	// scrub is the bearer's scrubber (env.Bearer.Scrubber) followed by redact.PrivateKeys.
+	// No string the relay sent reaches a log line at info level or above, an error text or
+	// a metric: they carry validated values (a refusal's reason, numbers) and the text's
+	// fingerprint. The text itself is logged at debug level only, and scrubbed even there,
+	// since a relay may echo the registration, or the private keys of the tables it sends,
+	// in any of them. The relay peer gets it as relay.Options.Redact.
 	scrub func(string) string
 
 	state      atomic.Int32
@@ -241,11 +244,13 @@ func (s *Session) judge(ctx context.Context, err error) {
 			return
 		}
 		if offer, ok := readProtocolRefusal(re.Data); ok {
-			offer.Name = s.scrub(offer.Name)
 			wait := min(30*time.Second<<min(s.protoFails, 4), 5*time.Minute)
 			s.protoFails++
 			s.notBefore = s.cfg.Now().Add(wait)
 			s.m.refusals.WithLabelValues("protocol-refused").Inc()
+			// The offer's versions are numbers; its name is the relay's text, logged as it
+			// is only when it is the protocol's own name.
+			offer.Name = s.known("relayOffer", offer.Name, ProtocolName)
 			s.log.Error("protocol refused by the relay",
 				zap.Stringer("ownOffer", OwnOffer), zap.Stringer("relayOffer", offer), zap.Duration("wait", wait))
 			return
@@ -257,39 +262,71 @@ func (s *Session) judge(ctx context.Context, err error) {
 	fields := []zap.Field{s.relayError(err), zap.Duration("wait", wait)}
 	if re != nil {
 		// An error answer that is no usable refusal: its code and reason say what the
-		// relay meant, so they are logged, scrubbed like its text.
+		// relay meant when they are values the contract names; any other value is
+		// "unknown" with its fingerprint.
 		if code := re.Code(); code != "" {
-			fields = append(fields, s.relayText("code", code))
+			fields = append(fields, s.knownText("code", code, knownCodes...))
 		}
 		if reason, ok := remoteReason(re.Data); ok {
-			fields = append(fields, s.relayText("reason", reason))
+			fields = append(fields, s.knownText("reason", reason, RefusalReasons...))
 		}
 	}
 	s.log.Warn("registration failed", fields...)
 }
 
-// maxLoggedRelayText bounds a string from the relay's error data in a log line.
-const maxLoggedRelayText = 256
+// knownCodes are the error codes of contract §2 and §4 a relay's error answer may carry.
+var knownCodes = []string{"cluster-ingress-registration-refused", "protocol-refused", "request-invalid"}
 
 // relayError is the "error" log field for an error from the relay peer (Dial, Run, Call)
-// or from judging the relay's answer: its text may quote what the relay sent (an error
-// text, a close reason, an unexpected key), so it is scrubbed.
+// or from judging the relay's answer. Their texts hold no text the relay chose (relay's
+// errors and the session's decoding errors name it by its fingerprint, see
+// redact.OpaqueError); what they leave out goes to a debug line, scrubbed.
 func (s *Session) relayError(err error) zap.Field {
-	return zap.String("error", s.scrub(err.Error()))
+	var re *relay.RemoteError
+	if raw, ok := redact.Raw(err); ok {
+		s.debugText("error", raw)
+	} else if errors.As(err, &re) {
+		s.debugScrubbed("error", re.Fingerprint(), re.Text) // Text is scrubbed already
+	}
+	return zap.String("error", err.Error())
 }
 
-// relayText is a log field for a string the relay chose: scrubbed, then cut to
-// maxLoggedRelayText bytes.
-func (s *Session) relayText(key, v string) zap.Field {
-	v = s.scrub(v)
-	if len(v) > maxLoggedRelayText {
-		v = strings.ToValidUTF8(v[:maxLoggedRelayText], "") + "…"
+// knownText is the log field for a string the relay chose that should be one of known:
+// the string when it is, else "unknown (<fingerprint>)" (the string, scrubbed, goes to a
+// debug line).
+func (s *Session) knownText(key, v string, known ...string) zap.Field {
+	return zap.String(key, s.known(key, v, known...))
+}
+
+// known returns v when it is one of known, else "unknown (<fingerprint>)", logging v
+// (scrubbed) at debug level under the key.
+func (s *Session) known(key, v string, known ...string) string {
+	if slices.Contains(known, v) {
+		return v
 	}
-	return zap.String(key, v)
+	return "unknown (" + s.debugText(key, v) + ")"
+}
+
+// debugText logs v, a text the relay chose, at debug level only and scrubbed, and returns
+// its fingerprint, which the lines at higher levels carry in its place.
+func (s *Session) debugText(key, v string) string {
+	fp := redact.Fingerprint(v)
+	if s.log.Core().Enabled(zapcore.DebugLevel) {
+		s.debugScrubbed(key, fp, s.scrub(v))
+	}
+	return fp
+}
+
+// debugScrubbed logs text, a scrubbed text the relay chose, at debug level under its
+// fingerprint fp.
+func (s *Session) debugScrubbed(key, fp, text string) {
+	if ce := s.log.Check(zapcore.DebugLevel, "relay-sent text"); ce != nil {
+		ce.Write(zap.String("field", key), zap.String("fingerprint", fp), zap.String("text", text))
+	}
 }
 
 // scrubAll scrubs each of list (violations that may quote the relay's request) into a new
-// slice.
+// slice: they go back to the relay, not into a log line.
 func (s *Session) scrubAll(list []string) []string {
 	out := make([]string, len(list))
 	for i, v := range list {
@@ -330,5 +367,7 @@ func (s *Session) register(ctx context.Context, peer *relay.Peer) (accepted, err
 	if err != nil {
 		return accepted{}, err
 	}
-	return decodeAccepted(raw)
+	acc, err := decodeAccepted(raw)
+	// The violations name the relay's keys: the error counts them by fingerprint.
+	return acc, redact.Opaque("the relay's acceptance breaks the contract", err)
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/redact"
 )
 
 var errCallDeadline = errors.New("call deadline")
@@ -18,7 +20,8 @@ var errCallDeadline = errors.New("call deadline")
 // answer (the retry wait is not counted) and the call as a whole, waits included, at most
 // CallDeadline: both give an error wrapping ErrTimeout. A closed peer gives ErrClosed and
 // an unusable answer ErrMalformed; when ctx ends, the error wraps ctx's error. Error texts
-// never contain the request, and a RemoteError's Text has passed through Options.Redact.
+// never contain the request nor any text the peer chose (a RemoteError's Error names its
+// text by its fingerprint), and a RemoteError's Text has passed through Options.Redact.
 func (p *Peer) Call(ctx context.Context, method string, request any) (json.RawMessage, error) {
 	body, err := encodeBody(request)
 	if err != nil {
@@ -36,7 +39,8 @@ func (p *Peer) Call(ctx context.Context, method string, request any) (json.RawMe
 			return nil, fmt.Errorf("relay: call %s: %w", method, ans.err)
 		}
 		if env.Error != nil {
-			return nil, &RemoteError{Text: p.opts.Redact(env.Error.Text), Data: env.Error.Data}
+			return nil, &RemoteError{Text: p.opts.Redact(env.Error.Text), Data: env.Error.Data,
+				fingerprint: redact.Fingerprint(env.Error.Text)}
 		}
 		if env.Retry != nil {
 			wait := retryWait(env.Retry.WaitForMs)

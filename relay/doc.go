@@ -11,7 +11,10 @@
 //
 // Frames carry secrets (the registration bearer travels in requests and is echoed back in
 // answers), so no function of this package ever logs or puts into an error a raw frame or a
-// request body; log lines name the method, the correlation id and what was wrong, and every
-// string the other side chose passes through Options.Redact on its way into a log line or a
-// RemoteError's Text (a peer may echo the bearer in any of them).
+// request body. No string the other side chose (an error text, a method name, a correlation
+// id, a close reason, the keys a malformed frame names) reaches a log line above debug level
+// or the text of an error this package returns: they carry the string's fingerprint
+// (length and a short hash, see untrusted.go), since a peer may echo the bearer in any of
+// them and in any encoding. At debug level the string itself is logged, passed through
+// Options.Redact; a RemoteError's Text has passed through it too.
 package relay

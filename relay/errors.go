@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
+	"github.com/serve-zone/ingress/internal/redact"
 )
 
 var (
@@ -40,10 +41,30 @@ var ErrNoMethod = &RemoteError{Text: noMethodText, Data: json.RawMessage(`{}`)}
 type RemoteError struct {
 	Text string
 	Data json.RawMessage
+	// fingerprint is redact.Fingerprint of the text as the peer sent it (Text is
+	// scrubbed), so an error line matches what the peer logged; "" for errors made here.
+	fingerprint string
 }
 
-// Error names the peer's text only: data may carry anything the peer chose to send.
-func (e *RemoteError) Error() string { return "relay: remote error " + strconv.Quote(e.Text) }
+// Error quotes the text only when it is one the contract fixes (the answers this package
+// makes itself); any other text the peer chose is named by its fingerprint, since it may
+// echo the bearer in any encoding. Data, which may carry anything, is never named.
+func (e *RemoteError) Error() string {
+	switch e.Text {
+	case noMethodText, requestInvalidText, internalErrorText:
+		return "relay: remote error " + strconv.Quote(e.Text)
+	}
+	return "relay: remote error (text of " + e.Fingerprint() + ")"
+}
+
+// Fingerprint is redact.Fingerprint of the text as the peer sent it (for an error Call
+// returned; of Text otherwise): what Error names it by.
+func (e *RemoteError) Fingerprint() string {
+	if e.fingerprint != "" {
+		return e.fingerprint
+	}
+	return redact.Fingerprint(e.Text)
+}
 
 // Is matches another *RemoteError with the same text, so errors.Is(err, ErrNoMethod) works.
 func (e *RemoteError) Is(target error) bool {

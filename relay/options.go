@@ -44,12 +44,12 @@ type Options struct {
 	// must not keep or log the body (it may hold the bearer). relaysim records calls with it.
 	OnRequest func(Envelope)
 	// Redact, if set, is applied to every string the other side chose before this package
-	// writes it into a log line (method names, correlation ids, socket errors quoting a
-	// close reason) and to the Text of a RemoteError that Call returns: the ingress passes
-	// its bearer scrubber (env.Bearer.Scrubber), since a peer may echo the registration
-	// anywhere. RemoteError.Data stays raw for its caller to decode, and errors returned by
-	// Dial and Run are not redacted (their text may quote a close reason): a caller that
-	// logs them passes them through the same function. nil leaves strings as they are.
+	// writes it into a debug line (lines above debug level carry only its fingerprint) and
+	// to the Text of a RemoteError that Call returns: the ingress passes its bearer
+	// scrubber (env.Bearer.Scrubber). RemoteError.Data stays raw for its caller to decode.
+	// Errors returned by Dial, Run and Call hold no text the peer chose: what they leave
+	// out is reachable with redact.Raw, for a debug line through the same function. nil
+	// leaves strings as they are.
 	Redact func(string) string
 }
 

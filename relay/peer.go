@@ -121,10 +121,7 @@ func Dial(ctx context.Context, origin string, opts Options) (*Peer, error) {
 	}
 	conn, resp, err := websocket.Dial(ctx, u.String(), dopts)
 	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("relay: dial %s: handshake answered %d", u.Redacted(), resp.StatusCode)
-		}
-		return nil, fmt.Errorf("relay: dial %s: %w", u.Redacted(), err)
+		return nil, dialError(u.Redacted(), resp, err)
 	}
 	p = newPeer(conn, opts)
 	return p, nil
@@ -255,7 +252,7 @@ func (p *Peer) write(env *Envelope) error {
 		if p.life.Err() != nil {
 			return ErrClosed
 		}
-		return fmt.Errorf("%w: write: %w", ErrClosed, err)
+		return fmt.Errorf("%w: %w", ErrClosed, opaqueSocketError("write", err))
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/internal/redact"
 )
 
 // answer is what a pending Call receives: the answer envelope, or why it was malformed.
@@ -26,7 +28,7 @@ func (p *Peer) readLoop() error {
 				p.log.Warn("relay message over the size limit; closing (1009)",
 					zap.Int64("maxMessageBytes", p.opts.MaxMessageBytes))
 			}
-			return err
+			return opaqueSocketError("read", err)
 		}
 		p.touch()
 		if typ != websocket.MessageText {
@@ -45,11 +47,11 @@ func (p *Peer) dispatch(frame []byte) {
 	case PhaseRequest:
 		if verr.Len() > 0 {
 			if env.Correlation.ID == "" {
-				p.log.Warn("relay request dropped: unusable envelope", zap.Strings("violations", verr.List()))
+				p.log.Warn("relay request dropped: unusable envelope", p.peerViolations(verr.List()))
 				return
 			}
-			p.log.Warn("relay request invalid", p.peerString("method", env.Method),
-				p.peerString("correlationId", env.Correlation.ID), zap.Strings("violations", verr.List()))
+			p.log.Warn("relay request invalid", p.methodField(env.Method),
+				p.peerString("correlationId", env.Correlation.ID), p.peerViolations(verr.List()))
 			p.answerAsync(env, nil, RequestInvalid(verr.List()))
 			return
 		}
@@ -58,7 +60,7 @@ func (p *Peer) dispatch(frame []byte) {
 		}
 		p.serve(env)
 	default:
-		p.log.Warn("relay message dropped: not an envelope", zap.Strings("violations", verr.List()))
+		p.log.Warn("relay message dropped: not an envelope", p.peerViolations(verr.List()))
 	}
 }
 
@@ -71,14 +73,15 @@ func (p *Peer) deliver(env Envelope, malformed error) {
 	}
 	p.pendingMu.Unlock()
 	if !ok {
-		p.log.Warn("relay answer dropped: unknown correlation id", p.peerString("method", env.Method),
+		p.log.Warn("relay answer dropped: unknown correlation id", p.methodField(env.Method),
 			p.peerString("correlationId", env.Correlation.ID))
 		return
 	}
 	if malformed != nil {
-		p.log.Warn("relay answer malformed", p.peerString("method", env.Method),
+		p.log.Warn("relay answer malformed", p.methodField(env.Method),
 			p.peerString("correlationId", env.Correlation.ID), p.peerError(malformed))
-		malformed = fmt.Errorf("%w: %w", ErrMalformed, malformed)
+		// The violations name the peer's keys: the error says how many, not which.
+		malformed = fmt.Errorf("%w: %w", ErrMalformed, redact.Opaque("the answer breaks the envelope's rules", malformed))
 	}
 	ch <- answer{env: env, err: malformed} // buffered 1 and removed from pending: never blocks
 }
@@ -88,7 +91,7 @@ func (p *Peer) deliver(env Envelope, malformed error) {
 func (p *Peer) serve(env Envelope) {
 	fn := p.handler(env.Method)
 	if fn == nil {
-		p.log.Info("relay request for an unknown method", p.peerString("method", env.Method),
+		p.log.Info("relay request for an unknown method", p.methodField(env.Method),
 			p.peerString("correlationId", env.Correlation.ID))
 		p.answerAsync(env, nil, ErrNoMethod)
 		return
@@ -96,7 +99,7 @@ func (p *Peer) serve(env Envelope) {
 	select {
 	case p.sem <- struct{}{}:
 	default:
-		p.log.Warn("relay handlers busy; asking for a retry", p.peerString("method", env.Method))
+		p.log.Warn("relay handlers busy; asking for a retry", p.methodField(env.Method))
 		p.answerAsync(env, nil, RetryLater(busyRetryWait, "busy"))
 		return
 	}
@@ -116,7 +119,7 @@ func (p *Peer) runHandler(fn HandlerFunc, env Envelope) (resp any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			// The panic value may hold request data: log only that it happened.
-			p.log.Error("relay handler panicked", p.peerString("method", env.Method),
+			p.log.Error("relay handler panicked", p.methodField(env.Method),
 				p.peerString("correlationId", env.Correlation.ID))
 			resp, err = nil, errors.New("handler panicked")
 		}
@@ -137,7 +140,7 @@ func (p *Peer) answer(req Envelope, resp any, herr error) {
 	case herr == nil:
 		body, err := encodeBody(resp)
 		if err != nil {
-			p.log.Error("relay handler response not encodable", p.peerString("method", req.Method),
+			p.log.Error("relay handler response not encodable", p.methodField(req.Method),
 				zap.String("errorType", fmt.Sprintf("%T", err)))
 			out.Error = &ErrorBody{Text: internalErrorText}
 		} else {
@@ -148,12 +151,12 @@ func (p *Peer) answer(req Envelope, resp any, herr error) {
 	case errors.As(herr, &retry):
 		out.Retry = &Retry{WaitForMs: float64(retry.Wait) / float64(time.Millisecond), Reason: retry.Reason}
 	default:
-		p.log.Warn("relay handler failed; answered internal error", p.peerString("method", req.Method),
+		p.log.Warn("relay handler failed; answered internal error", p.methodField(req.Method),
 			p.peerString("correlationId", req.Correlation.ID), zap.String("errorType", fmt.Sprintf("%T", herr)))
 		out.Error = &ErrorBody{Text: internalErrorText}
 	}
 	if err := p.write(&out); err != nil && !errors.Is(err, ErrClosed) {
-		p.log.Warn("relay answer not sent", p.peerString("method", req.Method), p.peerError(err))
+		p.log.Warn("relay answer not sent", p.methodField(req.Method), p.peerError(err))
 	}
 }
 
@@ -174,17 +177,4 @@ func encodeBody(v any) (json.RawMessage, error) {
 	default:
 		return json.Marshal(v)
 	}
-}
-
-// peerString is a log field holding a string the other side chose (a method name, a
-// correlation id), passed through Options.Redact.
-func (p *Peer) peerString(key, v string) zap.Field { return zap.String(key, p.opts.Redact(v)) }
-
-// peerError is the "error" log field for an error whose text may quote the other side (a
-// close reason in a socket error), passed through Options.Redact.
-func (p *Peer) peerError(err error) zap.Field {
-	if err == nil {
-		return zap.Skip()
-	}
-	return zap.String("error", p.opts.Redact(err.Error()))
 }

@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/serve-zone/ingress/internal/redact"
 )
 
 // The bearer rides in registration requests and in their echoes; it must reach no log line
@@ -69,10 +71,11 @@ func TestBearerNeverLogged(t *testing.T) {
 	}
 }
 
-// With Options.Redact set, no string the other side chose reaches a log line or a
-// RemoteError's text unredacted: a relay that echoes the bearer in an error text, a method
-// name, a correlation id or a close reason gets the marker logged in its place.
-func TestRedactAppliesToEveryPeerString(t *testing.T) {
+// No string the other side chose reaches a log line at info level or above, nor an error
+// text: a relay that echoes the bearer in an error text, a method name, a correlation id or
+// a close reason gets the string's fingerprint logged in its place; the string itself is
+// logged at debug level only, passed through Options.Redact.
+func TestPeerTextIsFingerprinted(t *testing.T) {
 	const secret = "s3cr3t-echoed-BEARER"
 	const marker = "[redacted]"
 	core, logs := observer.New(zapcore.DebugLevel)
@@ -134,18 +137,20 @@ func TestRedactAppliesToEveryPeerString(t *testing.T) {
 	_, err = p.Call(ctx, "registerClusterIngress", map[string]string{"bearer": secret})
 	close(called)
 	var re *RemoteError
-	if !errors.As(err, &re) || re.Text != "bearer "+marker+" refused" || strings.Contains(err.Error(), secret) {
-		t.Fatalf("Call = %v, want a RemoteError whose text holds the marker, not the bearer", err)
+	if !errors.As(err, &re) || re.Text != "bearer "+marker+" refused" || strings.Contains(err.Error(), "bearer ") ||
+		!strings.Contains(err.Error(), redact.Fingerprint("bearer "+secret+" refused")) {
+		t.Fatalf("Call = %v, want a RemoteError whose Text holds the marker and whose Error only the text's fingerprint", err)
 	}
 	if err := <-relayDone; err != nil {
 		t.Fatalf("relay side: %v", err)
 	}
 	waitErr(t, runDone) // "relay peer closed" is logged before Run returns
 
+	fp := redact.Fingerprint
 	want := map[string]map[string]string{
-		"relay answer dropped: unknown correlation id": {"method": marker, "correlationId": "answer-" + marker},
-		"relay request for an unknown method":          {"method": "m-" + marker, "correlationId": "request-" + marker},
-		"relay peer closed":                            {"error": `reason = "bearer ` + marker + ` refused"`},
+		"relay answer dropped: unknown correlation id": {"method": fp(secret), "correlationId": fp("answer-" + secret)},
+		"relay request for an unknown method":          {"method": fp("m-" + secret), "correlationId": fp("request-" + secret)},
+		"relay peer closed":                            {"error": "the peer closed the socket with status 1008"},
 	}
 	for msg, fields := range want {
 		entries := logs.FilterMessage(msg).All()
@@ -160,9 +165,24 @@ func TestRedactAppliesToEveryPeerString(t *testing.T) {
 			}
 		}
 	}
+	// At debug level, each string is logged once more, scrubbed, under its fingerprint.
+	debugTexts := map[string]string{}
+	for _, e := range logs.FilterMessage("relay-sent text").All() {
+		m := e.ContextMap()
+		debugTexts[fmt.Sprint(m["fingerprint"])] = fmt.Sprint(m["text"])
+	}
+	for _, v := range []string{"answer-" + secret, "m-" + secret, "request-" + secret} {
+		if got, w := debugTexts[fp(v)], strings.ReplaceAll(v, secret, marker); got != w {
+			t.Errorf("debug text for %s = %q, want %q", fp(v), got, w)
+		}
+	}
 	for _, entry := range logs.All() {
-		if line := entry.Message + fmt.Sprint(entry.ContextMap()); strings.Contains(line, secret) {
+		line := entry.Message + fmt.Sprint(entry.ContextMap())
+		if strings.Contains(line, secret) {
 			t.Errorf("log line leaks the bearer: %s", line)
+		}
+		if entry.Level > zapcore.DebugLevel && strings.Contains(line, marker) {
+			t.Errorf("a line above debug holds the relay's text: %s", line)
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
+	"github.com/serve-zone/ingress/internal/echotest"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -110,7 +111,15 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// an error text, and as error data; then accepted.
 	rs.RefuseRegistrations(echo, 1000, 1)
 	rs.SetRegisterErrorData([]byte(fmt.Sprintf(`{"code":%q,"reason":%q,"retryAfterMs":1000,"secret":%q}`, echo, echo, echo)), 1)
-	rs.FailCalls("registerClusterIngress", echo, []byte(fmt.Sprintf(`{"echo":%q}`, echo)), 1)
+	// The bearer also comes back in every encoding a hostile relay used (issue 25 finding
+	// 4), as the text, code and reason of an error answer that is no usable refusal.
+	encoded := make([]string, len(echotest.Encodings))
+	for i, e := range echotest.Encodings {
+		encoded[i] = e.Fn(testBearer)
+	}
+	echoAll := strings.Join(encoded, " ")
+	rs.FailCalls("registerClusterIngress", echoAll,
+		[]byte(fmt.Sprintf(`{"code":%q,"reason":%q,"echo":%q}`, echoAll, echoAll, echo)), 1)
 	// Route tables: a pull answered with the secrets as an error, then a table whose key
 	// does not match its certificate and which echoes both where keys are not allowed,
 	// then the good table.
@@ -167,12 +176,35 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 	for name, out := range map[string]string{"the first run's output": p.Output(), "the restarted run's output": p2.Output()} {
 		assertClean(t, name, out, marks)
+		assertNoEncodedEcho(t, name, out, encoded)
 	}
 	for path, body := range admin {
 		assertClean(t, "admin "+path, body, marks)
 	}
 	checkStateDir(t, dir, marks)
 	checkConfigErrors(t, keyPEM, strayKey, certPEM, marks)
+}
+
+// assertNoEncodedEcho fails when a line of out above debug level holds 8 bytes in a row of
+// any of the relay's encoded echoes as they were sent, or when any line (debug included)
+// holds 8 bytes of the bearer after up to two decodings (entities, %xx, escapes, hex,
+// base64, reversal, rot13; case ignored).
+func assertNoEncodedEcho(t *testing.T, where, out string, encoded []string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `"level":"debug"`) {
+			for _, m := range encoded {
+				if w, ok := echotest.SharesWindow(line, m, 8); ok {
+					t.Errorf("%s: a line above debug level holds %q of the relay's echo %q: %s", where, w, m, line)
+					return
+				}
+			}
+		}
+		if echotest.HoldsSecret(line, testBearer, 8, 2) {
+			t.Errorf("%s: a line holds the bearer in some encoding: %s", where, line)
+			return
+		}
+	}
 }
 
 // checkStateDir: 0700 directory, 0600 files, no secret in any file but the table's key in

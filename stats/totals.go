@@ -51,6 +51,7 @@ type Totals struct {
 	tlsFailures atomic.Uint64
 	abuse       atomic.Uint64
 	refusals    [numRefusalKinds]atomic.Uint64 // refusals[RefusalPenalty] is also ingress_penalized_connections_total
+	tunnelIdle  atomic.Uint64
 }
 
 // Request counts one finished request of protocol p with its response status and bytes.
@@ -117,6 +118,10 @@ func (t *Totals) ClientAbuse() { t.abuse.Add(1) }
 // It is Refusal(RefusalPenalty).
 func (t *Totals) PenalizedRefusal() { t.Refusal(RefusalPenalty) }
 
+// TunnelClosedIdle counts one tunnel closed because no byte passed through it, either
+// way, for the tunnel idle timeout.
+func (t *Totals) TunnelClosedIdle() { t.tunnelIdle.Add(1) }
+
 // TotalsSnapshot is a plain copy of Totals, for tests and diagnostics.
 type TotalsSnapshot struct {
 	// Requests[p][c] counts finished requests of protocol p whose status class is c
@@ -132,7 +137,8 @@ type TotalsSnapshot struct {
 	ClientAbuse          uint64
 	PenalizedRefusals    uint64
 	// Refusals[k] counts refusals of RefusalKind k.
-	Refusals [numRefusalKinds]uint64
+	Refusals          [numRefusalKinds]uint64
+	TunnelsClosedIdle uint64
 }
 
 // Snapshot copies the counters. Each is read atomically; the set is not one instant.
@@ -158,5 +164,6 @@ func (t *Totals) Snapshot() TotalsSnapshot {
 		s.Refusals[k] = t.refusals[k].Load()
 	}
 	s.PenalizedRefusals = s.Refusals[RefusalPenalty]
+	s.TunnelsClosedIdle = t.tunnelIdle.Load()
 	return s
 }

@@ -1,6 +1,9 @@
 // Command idleconns opens many HTTP/1.1 keep-alive connections to a loopback proxy, sends one
 // request on each, reads the response, and then holds every connection open and idle so the
-// harness (bench/compare) can read the proxy's memory with that many idle clients.
+// harness (bench/compare) can read the proxy's memory with that many idle clients. With -tls
+// the connections are HTTP/1.1 over TLS, with -h2 HTTP/2 over TLS (one connection per
+// client, one request on stream 1); the proxy's certificate is not checked (loopback, a
+// self-signed benchmark certificate), and every connection makes a full handshake.
 //
 // It prints "ready N" on stdout once N connections have completed their request, then holds
 // them until SIGTERM or SIGINT arrives or -hold elapses, whichever comes first. It never holds
@@ -12,6 +15,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,8 +37,19 @@ func main() {
 	path := flag.String("path", "/64", "request path")
 	n := flag.Int("n", 1000, "number of connections")
 	hold := flag.Duration("hold", 60*time.Second, "longest time to hold the connections")
+	useTLS := flag.Bool("tls", false, "HTTP/1.1 over TLS (ALPN http/1.1)")
+	useH2 := flag.Bool("h2", false, "HTTP/2 over TLS (ALPN h2)")
 	flag.Parse()
-	conns, err := open(*addr, *host, *path, *n)
+	m := plain
+	switch {
+	case *useTLS && *useH2:
+		log.Fatal("idleconns: -tls and -h2 exclude each other")
+	case *useTLS:
+		m = overTLS
+	case *useH2:
+		m = h2
+	}
+	conns, err := open(m, *addr, *host, *path, *n)
 	defer func() {
 		for _, c := range conns {
 			_ = c.Close()
@@ -51,7 +66,16 @@ func main() {
 	<-ctx.Done()
 }
 
-func open(addr, host, path string, n int) ([]net.Conn, error) {
+// mode is how the connections speak: plain HTTP/1.1, HTTP/1.1 over TLS, HTTP/2 over TLS.
+type mode int
+
+const (
+	plain mode = iota
+	overTLS
+	h2
+)
+
+func open(m mode, addr, host, path string, n int) ([]io.Closer, error) {
 	if err := loadtool.CheckLoopback("idleconns", addr); err != nil {
 		return nil, err
 	}
@@ -59,7 +83,7 @@ func open(addr, host, path string, n int) ([]net.Conn, error) {
 		return nil, errors.New("idleconns: -n must be at least 1")
 	}
 	req := []byte("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
-	conns := make([]net.Conn, n)
+	conns := make([]io.Closer, n)
 	errs := make([]error, n)
 	// A bounded number of dialers keeps the open rate gentle and the helper's own CPU low.
 	const workers = 16
@@ -68,7 +92,12 @@ func open(addr, host, path string, n int) ([]net.Conn, error) {
 	for range workers {
 		wg.Go(func() {
 			for i := range next {
-				conns[i], errs[i] = openOne(addr, req)
+				switch m {
+				case h2:
+					conns[i], errs[i] = openH2(addr, host, path)
+				default:
+					conns[i], errs[i] = openOne(m, addr, host, req)
+				}
 			}
 		})
 	}
@@ -86,8 +115,16 @@ func open(addr, host, path string, n int) ([]net.Conn, error) {
 	return kept, errors.Join(errs...)
 }
 
-func openOne(addr string, req []byte) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+// openOne opens one HTTP/1.1 connection (over TLS for overTLS) and makes one request.
+func openOne(m mode, addr, host string, req []byte) (io.Closer, error) {
+	var c net.Conn
+	var err error
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	if m == overTLS {
+		c, err = tls.DialWithDialer(d, "tcp", addr, tlsConfig(host, "http/1.1"))
+	} else {
+		c, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -115,4 +152,58 @@ func openOne(addr string, req []byte) (net.Conn, error) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// tlsConfig is the client's TLS configuration: SNI host, ALPN proto, no session cache
+// (a full handshake each), the certificate not checked.
+func tlsConfig(host, proto string) *tls.Config {
+	return &tls.Config{ServerName: host, NextProtos: []string{proto}, InsecureSkipVerify: true}
+}
+
+// h2Conn is one idle HTTP/2 connection: a transport of its own holds it in its pool.
+type h2Conn struct{ tr *http.Transport }
+
+func (c h2Conn) Close() error {
+	c.tr.CloseIdleConnections()
+	return nil
+}
+
+// openH2 opens one HTTP/2 connection over TLS, makes one request on it and leaves it idle
+// (no health-check pings: the transport's ReadIdleTimeout is off).
+func openH2(addr, host, path string) (io.Closer, error) {
+	var protos http.Protocols
+	protos.SetHTTP2(true)
+	tr := &http.Transport{
+		Protocols:       &protos,
+		TLSClientConfig: tlsConfig(host, "h2"),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
+		},
+		MaxConnsPerHost: 1,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+host+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		tr.CloseIdleConnections()
+		return nil, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	switch {
+	case err != nil:
+	case resp.StatusCode != http.StatusOK:
+		err = fmt.Errorf("idleconns: status %d", resp.StatusCode)
+	case resp.ProtoMajor != 2:
+		err = fmt.Errorf("idleconns: %s, want HTTP/2", resp.Proto)
+	}
+	if err != nil {
+		tr.CloseIdleConnections()
+		return nil, err
+	}
+	return h2Conn{tr}, nil
 }

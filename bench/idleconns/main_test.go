@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,7 +22,7 @@ func TestOpenHoldsKeepAliveConnections(t *testing.T) {
 	}))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	conns, err := open(addr, "bench.test", "/64", 20)
+	conns, err := open(plain, addr, "bench.test", "/64", 20)
 	defer func() {
 		for _, c := range conns {
 			_ = c.Close()
@@ -34,7 +35,7 @@ func TestOpenHoldsKeepAliveConnections(t *testing.T) {
 		t.Fatalf("%d connections, %d requests; want 20 and 20", len(conns), requests.Load())
 	}
 	// The connections are still open: a second request on one of them is answered.
-	c := conns[0]
+	c := conns[0].(net.Conn)
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Write([]byte("GET /64 HTTP/1.1\r\nHost: bench.test\r\n\r\n")); err != nil {
 		t.Fatal(err)
@@ -58,12 +59,54 @@ func TestOpenRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conns, err := open(tt.addr, "bench.test", "/", 2)
+			conns, err := open(plain, tt.addr, "bench.test", "/", 2)
 			for _, c := range conns {
 				_ = c.Close()
 			}
 			if err == nil {
 				t.Fatal("open succeeded, want an error")
+			}
+		})
+	}
+}
+
+// TestOpenOverTLS: -tls holds HTTP/1.1 connections over TLS, -h2 HTTP/2 ones, each after
+// one request (one TLS connection each).
+func TestOpenOverTLS(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		m     mode
+		proto string
+	}{{"tls", overTLS, "HTTP/1.1"}, {"h2", h2, "HTTP/2.0"}} {
+		t.Run(tt.name, func(t *testing.T) {
+			var requests, conns atomic.Int64
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				if r.Proto != tt.proto || r.Host != "bench.test" {
+					http.Error(w, r.Proto+" for "+r.Host, http.StatusBadRequest)
+					return
+				}
+				_, _ = w.Write([]byte("ok"))
+			}))
+			srv.EnableHTTP2 = tt.m == h2
+			srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			srv.StartTLS()
+			defer srv.Close()
+			held, err := open(tt.m, strings.TrimPrefix(srv.URL, "https://"), "bench.test", "/64", 10)
+			defer func() {
+				for _, c := range held {
+					_ = c.Close()
+				}
+			}()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(held) != 10 || requests.Load() != 10 || conns.Load() != 10 {
+				t.Fatalf("%d held, %d requests on %d connections; want 10 of each", len(held), requests.Load(), conns.Load())
 			}
 		})
 	}

@@ -42,6 +42,7 @@ type options struct {
 	// HTTP2MaxStreamsPerConn: streams an HTTP/2 connection serves before it is asked
 	// to go away (issue 25).
 	HTTP2MaxStreamsPerConn int
+	TunnelIdleTimeout      time.Duration
 
 	MaxConnsPerClient    int
 	MaxRequestsPerClient int
@@ -77,6 +78,7 @@ func defaultOptions() options {
 		MaxHeaderBytes:        64 << 10,
 		ClientBodyTimeout:     30 * time.Second,
 		ClientSendTimeout:     30 * time.Second,
+		TunnelIdleTimeout:     5 * time.Minute,
 		MaxConnsPerClient:     512,
 		MaxRequestsPerClient:  512,
 		MaxTunnelsPerClient:   256,
@@ -112,6 +114,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.ClientBodyTimeout, "client-body-timeout", o.ClientBodyTimeout, "a request body must deliver at least 1 KiB (or its rest) in every window of this length, else 408")
 	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
 	fs.IntVar(&o.HTTP2MaxStreamsPerConn, "http2-max-streams-per-conn", o.HTTP2MaxStreamsPerConn, "streams (requests) one HTTP/2 connection serves; then it is asked to go away (GOAWAY), finishes them and closes, and the client reconnects (nginx's keepalive_requests)")
+	fs.DurationVar(&o.TunnelIdleTimeout, "tunnel-idle-timeout", o.TunnelIdleTimeout, "a WebSocket tunnel (HTTP/1.1, HTTP/2, HTTP/3) with no byte either way for this long is closed; longer than nginx's proxy_read_timeout and AWS ALB (60s) and Cloudflare (100s), so what stays alive behind those stays alive here")
 	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "open connections one client address (IPv6: its /64) may have, TCP and QUIC together; one more is refused at accept; 0: no limit")
 	fs.IntVar(&o.MaxRequestsPerClient, "max-requests-per-client", o.MaxRequestsPerClient, "requests (HTTP/2, HTTP/3 streams) one client address may have in flight; one more gets REFUSED_STREAM (HTTP/2) or 503 with Retry-After; 0: no limit")
 	fs.IntVar(&o.MaxTunnelsPerClient, "max-tunnels-per-client", o.MaxTunnelsPerClient, "WebSocket tunnels one client address may have open; one more gets 503 with Retry-After; 0: no limit")
@@ -181,6 +184,7 @@ func (o *options) validate() error {
 	positive("idle-timeout", o.IdleTimeout)
 	positive("client-body-timeout", o.ClientBodyTimeout)
 	positive("client-send-timeout", o.ClientSendTimeout)
+	positive("tunnel-idle-timeout", o.TunnelIdleTimeout)
 	if o.PublicHTTPSPort < 0 || o.PublicHTTPSPort > 65535 {
 		bad("--public-https-port must be from 1 to 65535 (0: the bound port), got %d", o.PublicHTTPSPort)
 	}

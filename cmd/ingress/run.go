@@ -182,8 +182,11 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		mode = routetable.ModeStandalone
 	}
 	// Tables come from the relay, which may echo the bearer or a private key into them:
-	// the store scrubs its violations and warnings (the session scrubs everything else
-	// the relay sends).
+	// the store scrubs its violations and warnings. Unlike the relay's other texts (which
+	// the session logs by fingerprint only), violations keep the values they quote: the
+	// table is the relay's configuration, whose hostnames and ids are logged and exported
+	// as metric labels by design once applied, so withholding them from violations would
+	// close no channel and leave a refused table undiagnosable.
 	in.store = routetable.NewStore(routetable.StoreOptions{
 		Stats: in.stats, StateDir: o.StateDir, Logger: log.Named("routetable"), Mode: mode,
 		Redact: redact.Chain(d.env.Bearer.Scrubber()), Check: acmeCheck(o),
@@ -215,6 +218,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		MaxHeaderBytes:        o.MaxHeaderBytes,
 		ClientBodyTimeout:     o.ClientBodyTimeout,
 		ClientSendTimeout:     o.ClientSendTimeout,
+		TunnelIdleTimeout:     o.TunnelIdleTimeout,
 		MaxConnsPerClient:     budgetFlag(o.MaxConnsPerClient),
 		MaxRequestsPerClient:  budgetFlag(o.MaxRequestsPerClient),
 		MaxTunnelsPerClient:   budgetFlag(o.MaxTunnelsPerClient),

@@ -24,7 +24,7 @@ var domainFree = []string{
 
 // testSupport are imported by tests (and by each other) only, never by shipped code.
 var testSupport = []string{
-	"internal/binarytest", "internal/pebbletest", "internal/testwait", "internal/toolbin",
+	"internal/binarytest", "internal/echotest", "internal/pebbletest", "internal/testwait", "internal/toolbin",
 }
 
 // allowed says which of our packages each package's non-test files may import, besides
@@ -51,6 +51,7 @@ var allowed = map[string][]string{
 	"internal/redact":         nil,
 	"internal/testcert":       nil,
 	"internal/testwait":       nil,
+	"internal/echotest":       nil,
 	"internal/toolbin":        nil,
 	"internal/pebbletest":     {"internal/toolbin"},
 	"internal/binarytest":     {"routetable"},

@@ -20,6 +20,8 @@ type TCPConn struct {
 	rb   []byte
 	rn   int
 	rerr error
+	// got is how many bytes Read returned in all (BytesRead).
+	got int64
 
 	wfn  func(fd uintptr) bool
 	wb   []byte
@@ -51,6 +53,7 @@ func (c *TCPConn) Read(b []byte) (int, error) {
 	err := c.rc.Read(c.rfn)
 	n, rerr := c.rn, c.rerr
 	c.rb, c.rerr = nil, nil
+	c.got += int64(n)
 	if rerr != nil {
 		err = rerr
 	}
@@ -59,6 +62,11 @@ func (c *TCPConn) Read(b []byte) (int, error) {
 	}
 	return n, c.opError("read", err)
 }
+
+// BytesRead is how many bytes Read returned in all: under crypto/tls, the record bytes
+// taken from the socket, which tells whether a record is part-way in (proxy's idle TLS
+// connections). Like Read, it belongs to the one goroutine that reads.
+func (c *TCPConn) BytesRead() int64 { return c.got }
 
 // Write writes all of b like net.TCPConn.Write, waiting for room as often as needed.
 func (c *TCPConn) Write(b []byte) (int, error) {
