@@ -134,20 +134,34 @@ func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 	}
 }
 
-// End ends the connection for abuse (clients.Ender, from any goroutine). An HTTP/2
-// connection of the own engine is aborted with GOAWAY ENHANCE_YOUR_CALM
-// (endH2ForAbuse); any other has its TCP connection shut down both ways, so the client sees the end at once and whatever
-// reads it (the fast path's loop, the parker, net/http, the HTTP/2 engine, a tunnel)
-// gets EOF, and reset when its owner closes it (SO_LINGER 0). An in-flight HTTP/1.1
-// request is not waited for: its response can no longer reach the client. Nothing
-// here blocks or closes the descriptor, which a goroutine inside RawConn.Read may hold
-// (h1Conn.closeConn).
+// End ends the connection for abuse (clients.Ender, from any goroutine), without
+// blocking:
+//   - parked (idle, without a goroutine: h1idle.go), it is claimed from the parker first,
+//     so that its descriptor leaves the parker's epoll before anything closes it, and
+//     ended as Shutdown ends one: an HTTP/2 connection aborted (GOAWAY
+//     ENHANCE_YOUR_CALM, written by the engine resumed on a goroutine of its own), an
+//     HTTP/1.1 one reset;
+//   - served by the own HTTP/2 engine, it is aborted (endH2ForAbuse: GOAWAY
+//     ENHANCE_YOUR_CALM, its streams cancelled, closed within 250 ms); had it parked just
+//     before, it is claimed then and resumed to end;
+//   - otherwise its TCP connection is shut down both ways, so the client sees the end at
+//     once and whatever reads it (the fast path's loop, net/http, a tunnel) gets EOF, and
+//     it is reset when its owner closes it (SO_LINGER 0). An in-flight HTTP/1.1 request
+//     is not waited for: its response can no longer reach the client. Nothing here
+//     closes the descriptor, which a goroutine inside RawConn.Read may hold
+//     (h1Conn.closeConn).
 func (c *clientConn) End() {
+	pk := c.s.parker // set before anything is accepted; nil where nothing parks
+	h := c.h1.Load()
+	if pk != nil && h != nil && pk.claim(h) {
+		h.endAbusive()
+		return
+	}
 	if hc := c.h2.Load(); hc != nil {
-		// Served by the own HTTP/2 engine: it ends the connection and says why
-		// (h2.Conn.Abort: GOAWAY ENHANCE_YOUR_CALM, its streams cancelled, the socket
-		// closed within 250 ms).
 		c.s.endH2ForAbuse(hc)
+		if pk != nil && h != nil && pk.claim(h) {
+			h.endParked(true) // parked just before the abort: the engine ends it
+		}
 		return
 	}
 	nc := c.Conn
@@ -165,6 +179,18 @@ func (c *clientConn) End() {
 		return
 	}
 	_ = nc.Close()
+}
+
+// endAbusive ends c, claimed from the parker, for abuse: an HTTP/2 connection is aborted
+// and resumed to write its GOAWAY ENHANCE_YOUR_CALM and end; an HTTP/1.1 one is reset.
+func (c *h1Conn) endAbusive() {
+	if c.h2c != nil {
+		c.s.endH2ForAbuse(c.h2c)
+		c.endParked(true)
+		return
+	}
+	c.cc.resetOnClose()
+	c.endParked(false)
 }
 
 // Close closes the connection and gives its place in its address's budget back (once,

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// h2Event is what a raw HTTP/2 client saw of a stream (id > 0) or of the connection
+// h2CliEvent is what a raw HTTP/2 client saw of a stream (id > 0) or of the connection
 // (id 0: GOAWAY, or err when it ended).
-type h2Event struct {
+type h2CliEvent struct {
 	id     uint32
 	status int
 	rst    http2.ErrCode
@@ -36,13 +36,13 @@ type h2Cli struct {
 	fr     *http2.Framer
 	enc    *hpack.Encoder
 	hb     bytes.Buffer
-	events chan h2Event
-	seen   map[uint32]h2Event // the waiter's
+	events chan h2CliEvent
+	seen   map[uint32]h2CliEvent // the waiter's
 }
 
 func newH2Cli(t testing.TB, c net.Conn) *h2Cli {
 	t.Helper()
-	h := &h2Cli{c: c, fr: http2.NewFramer(c, c), events: make(chan h2Event, 256), seen: map[uint32]h2Event{}}
+	h := &h2Cli{c: c, fr: http2.NewFramer(c, c), events: make(chan h2CliEvent, 256), seen: map[uint32]h2CliEvent{}}
 	h.enc = hpack.NewEncoder(&h.hb)
 	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
@@ -59,7 +59,7 @@ func (h *h2Cli) read() {
 	for {
 		f, err := h.fr.ReadFrame()
 		if err != nil {
-			h.events <- h2Event{err: err}
+			h.events <- h2CliEvent{err: err}
 			return
 		}
 		switch f := f.(type) {
@@ -72,12 +72,12 @@ func (h *h2Cli) read() {
 		case *http2.MetaHeadersFrame:
 			st, _ := strconv.Atoi(f.PseudoValue("status"))
 			if st >= 200 {
-				h.events <- h2Event{id: f.StreamID, status: st}
+				h.events <- h2CliEvent{id: f.StreamID, status: st}
 			}
 		case *http2.RSTStreamFrame:
-			h.events <- h2Event{id: f.StreamID, rst: f.ErrCode, reset: true}
+			h.events <- h2CliEvent{id: f.StreamID, rst: f.ErrCode, reset: true}
 		case *http2.GoAwayFrame:
-			h.events <- h2Event{goaway: f.ErrCode}
+			h.events <- h2CliEvent{goaway: f.ErrCode}
 		}
 	}
 }
@@ -97,7 +97,7 @@ func (h *h2Cli) get(t testing.TB, id uint32, host, path string) {
 }
 
 // wait returns the first answer (status or reset) of stream id.
-func (h *h2Cli) wait(t testing.TB, id uint32) h2Event {
+func (h *h2Cli) wait(t testing.TB, id uint32) h2CliEvent {
 	t.Helper()
 	if ev, ok := h.seen[id]; ok {
 		return ev
@@ -205,7 +205,7 @@ func TestRequestBudgetAcrossH2Connections(t *testing.T) {
 		}
 	}
 	// A stream admitted waits for the target: only the refused ones answer now.
-	all := make(chan h2Event, conns*(perConn+4)) // room for every event the connections can still send: the forwarders never block
+	all := make(chan h2CliEvent, conns*(perConn+4)) // room for every event the connections can still send: the forwarders never block
 	for _, cl := range cls {
 		go func() {
 			for ev := range cl.events { // ends with the connection, closed at cleanup

@@ -53,9 +53,10 @@ func parkedConns(s *Server) int {
 }
 
 // TestStrikeEndsHeldConnections: an abuse verdict against an address ends, within 2 s,
-// every connection it holds on every TCP protocol (an idle HTTP/1.1 connection, a
-// parked one, one handed to net/http, TLS HTTP/1.1, h2c, h2, a WebSocket tunnel) and
-// leaves another address's connections alone.
+// every connection it holds on every TCP protocol: parked ones (plain and TLS HTTP/1.1,
+// h2c, h2: claimed from the parker), an idle HTTP/1.1 connection, one handed to
+// net/http, TLS HTTP/1.1, h2c and h2 (both told GOAWAY ENHANCE_YOUR_CALM, parked or not)
+// and a WebSocket tunnel; another address's connections are left alone.
 func TestStrikeEndsHeldConnections(t *testing.T) {
 	e := newEnv(t)
 	ws := wsEcho(t)
@@ -71,11 +72,28 @@ func TestStrikeEndsHeldConnections(t *testing.T) {
 		}
 		return c
 	}
-	// A's connections, each served once.
+	// A's connections, each served once. First four that go idle and park (plain and TLS
+	// HTTP/1.1, h2c, h2: without a goroutine, in the parker's epoll)...
 	parked := served(dialFrom(t, addrA, e.http))
-	testwait.UntilWhy(t, 10*time.Second, "an idle connection parked", func() (bool, string) {
-		return parkedConns(e.srv) == 1, "not yet"
+	ptl, err := tlsFrom(t, addrA, e.https)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served(ptl)
+	ph2c := newH2Cli(t, dialFrom(t, addrA, e.http))
+	ph2c.get(t, 1, "app.example.test", "/")
+	ph2 := h2OverTLS(t, addrA, e.https)
+	ph2.get(t, 1, "app.example.test", "/")
+	for _, c := range []*h2Cli{ph2c, ph2} {
+		if ev := c.wait(t, 1); ev.status != http.StatusOK {
+			t.Fatalf("HTTP/2 before parking: %+v", ev)
+		}
+	}
+	testwait.UntilWhy(t, 10*time.Second, "four idle connections parked", func() (bool, string) {
+		n := parkedConns(e.srv)
+		return n == 4, strconv.Itoa(n) + " parked"
 	})
+	// ... then six that are served on.
 	plain := served(dialFrom(t, addrA, e.http))
 	tl, err := tlsFrom(t, addrA, e.https)
 	if err != nil {
@@ -113,18 +131,18 @@ func TestStrikeEndsHeldConnections(t *testing.T) {
 	if ev := bH2.wait(t, 1); ev.status != http.StatusOK {
 		t.Fatalf("B's h2c: %+v", ev)
 	}
-	if u := e.srv.clients.Usage(addrA); u.Conns != 7 {
-		t.Fatalf("A holds %d connections, want 7", u.Conns)
+	if u := e.srv.clients.Usage(addrA); u.Conns != 10 {
+		t.Fatalf("A holds %d connections, want 10", u.Conns)
 	}
 
 	// The verdict: A floods PINGs on yet another connection.
 	pingFlood(t, e.http)
 	struck := time.Now()
-	for what, c := range map[string]net.Conn{"parked HTTP/1.1": parked, "idle HTTP/1.1": plain, "TLS HTTP/1.1": tl, "handed to net/http": handed} {
+	for what, c := range map[string]net.Conn{"parked HTTP/1.1": parked, "parked TLS HTTP/1.1": ptl, "idle HTTP/1.1": plain, "TLS HTTP/1.1": tl, "handed to net/http": handed} {
 		endsWithin(t, what, c, strikeWithin-time.Since(struck))
 	}
 	// HTTP/2 connections are told why (h2.Conn.Abort).
-	for what, c := range map[string]*h2Cli{"h2c": h2c, "h2": h2tls} {
+	for what, c := range map[string]*h2Cli{"h2c": h2c, "h2": h2tls, "parked h2c": ph2c, "parked h2": ph2} {
 		if code, got := c.ended(t, strikeWithin-time.Since(struck)); !got || code != http2.ErrCodeEnhanceYourCalm {
 			t.Errorf("%s: ended with GOAWAY %v (sent: %v); want ENHANCE_YOUR_CALM", what, code, got)
 		}

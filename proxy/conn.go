@@ -92,9 +92,10 @@ type clientConn struct {
 	// hold is the connection's place in its client address's budgets (budgets.go),
 	// given back by Close; zero for a trusted proxy's.
 	hold clients.Hold
-	// h2 is the own HTTP/2 engine's connection while it serves this one (serveH2), for
-	// End.
+	// h2 is the own HTTP/2 engine's connection while it serves this one (serveH2), and
+	// h1 the fast path's record of it (acceptLoop), for End.
 	h2 atomic.Pointer[h2.Conn]
+	h1 atomic.Pointer[h1Conn]
 
 	// sni and cert are the TLS connection's server name and the certificate it was
 	// handshaken with (set by handshake, read after it): a request for a host cert does

@@ -13,8 +13,11 @@
 // route's targets (targetWalk, targets.go), writes its HTTP/1.1 head with the one
 // forwarding-field table ([appendHead], outhead.go), and goes through the one exchange
 // with a target ([Server.exchange], exchange.go, over the pools of internal/upstream:
-// dial, reuse probe, header timeout and size, the 1xx rule, the replay rule); a body
-// streams to the target as it comes ([uploader], h2upload.go). A tunnel's handshake is
+// dial, reuse probe, header timeout and size, the 1xx rule, the replay rule); a body is
+// first held up to Config.RequestBuffer before the target walk starts ([Server.holdBody],
+// bodybuf.go: one that ends within it is checked whole, and a malformed one reaches no
+// target), then goes to the target, the held bytes first and the rest as it comes
+// ([uploader], h2upload.go). A tunnel's handshake is
 // the same exchange with upgrade set (xconnect.go). The answer comes back through the one
 // relay ([relay.run], relay.go) into the front-end's answerSink, except on the HTTP/1.1
 // fast path, which relays the target's bytes as they came (h1forward.go). Failures map

@@ -83,7 +83,7 @@ type clientWatch interface{ clientGone() bool }
 type attempt struct {
 	route      *routetable.Entry // the request's route
 	addr       string            // the target being tried
-	start      time.Time         // the request's start, from which the header timeout runs
+	start      time.Time         // the request's start, or the end of the wait for its body (holdBody): the header timeout runs from it
 	watch      clientWatch       // tells that the client went away while the target thinks
 	replayable bool              // the request may be sent again by itself (upstream.Replayable)
 	up         *uploader         // sends the body as it comes; nil when the head carries it all
@@ -97,7 +97,8 @@ type attempt struct {
 // head into w.up. A pooled connection that turns out dead before any response byte is
 // replaced once by a new one under the pools' rule (upstream.MayReplay); w.wb holds the
 // whole request head (and, on the fast path, the body), so nothing the client sent is
-// lost by sending it again, unless a.up (a body sent as it comes) took some of it.
+// lost by sending it again, unless a.up (a body sent as it comes) took some of it beyond
+// what the core holds (holdBody: a body held whole is sent again from memory).
 func (s *Server) exchange(w *upWork, a attempt) (*upstream.Conn, error) {
 	ps := s.up.Pools
 	up := a.up
@@ -120,7 +121,7 @@ func (s *Server) exchange(w *upWork, a attempt) (*upstream.Conn, error) {
 		if up != nil && up.clientErr != nil {
 			return nil, err // the client's body failed: nothing to send again
 		}
-		if upstream.MayReplay(uc, retried, err, up != nil && up.took.Load(), a.replayable) {
+		if upstream.MayReplay(uc, retried, err, up.taken(), a.replayable) {
 			uc = nil
 			continue
 		}

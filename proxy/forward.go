@@ -28,11 +28,15 @@ type trackedBody struct {
 	limit  int64 // the request's Content-Length; > 0
 	n      atomic.Int64
 	failed atomic.Bool
-	// ended: the body was read to its end (no read of it is pending or will be).
+	// ended: the body was read to its end (no read of it is pending or will be, but
+	// readEnd's while it is held, when nothing stops it).
 	ended atomic.Bool
 	// timedOut: the body stalled (ClientBodyTimeout); failed is set too.
 	timedOut atomic.Bool
 	progress bodyProgress
+	// checkEnd: the body is being held (holdBody), before any target saw the request:
+	// at Content-Length the client's body is read once more, for its end (readEnd).
+	checkEnd bool
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
@@ -43,6 +47,9 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	// drop the connection under a response still being relayed.
 	left := b.limit - b.n.Load()
 	if left <= 0 {
+		if b.checkEnd {
+			return b.readEnd()
+		}
 		b.ended.Store(true)
 		return 0, io.EOF
 	}
@@ -60,6 +67,48 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	if err == io.EOF || int64(n) == left {
 		b.ended.Store(true) // no read of the client's body is pending or will be
 	}
+	if h3TooMuchData(err) {
+		err = errBodyTooLong
+	}
+	return n, b.readDone(t0, n, err)
+}
+
+// errBodyTooLong: a body went on past its Content-Length.
+var errBodyTooLong = errors.New("proxy: request body longer than its Content-Length")
+
+// readEnd reads the client's body once more at its Content-Length, while it is held
+// (checkEnd): the end of the body, or what says it is longer than stated. quic-go checks
+// an HTTP/3 body's DATA against its content-length only when it is read (a longer one
+// fails the read and resets the stream with H3_MESSAGE_ERROR, RFC 9114 §4.1.2); net/http's
+// HTTP/1.1 body ends at its length; an HTTP/2 body ends with its stream. A read that
+// brings no byte and no end (an HTTP/3 trailer section, an empty DATA frame) is
+// repeated, under ClientBodyTimeout's rule.
+func (b *trackedBody) readEnd() (int, error) {
+	var one [1]byte
+	for {
+		var t0 time.Time
+		if b.progress.on() {
+			t0 = b.progress.before()
+		}
+		n, err := b.rc.Read(one[:])
+		switch {
+		case n > 0:
+			b.n.Add(int64(n))
+			err = errBodyTooLong
+		case h3TooMuchData(err):
+			err = errBodyTooLong // not the client's going away, though the stream's context ends
+		case err == io.EOF:
+			b.ended.Store(true)
+		}
+		if err = b.readDone(t0, 0, err); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// readDone accounts a read of the client's body that started at t0 (zero: untimed) and
+// brought n bytes and err, which it returns.
+func (b *trackedBody) readDone(t0 time.Time, n int, err error) error {
 	if !t0.IsZero() {
 		b.progress.after(t0, n, err)
 	}
@@ -73,7 +122,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 		}
 		b.failed.Store(true)
 	}
-	return n, err
+	return err
 }
 
 func (b *trackedBody) Close() error { return nil }
@@ -150,12 +199,21 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		// What was taken of the body counts, whatever the exchange came to.
 		defer func() { rs.in += fw.tb.n.Load() }()
 	}
+	fw.tb.checkEnd = hasBody && r.ContentLength > 0
+	o, failed := s.holdBody(up)
+	fw.tb.checkEnd = false // from here on, Content-Length is the body's end (Read)
+	if failed {
+		// The body failed before any target saw the request (bodybuf.go).
+		rs.err = up.clientErr
+		s.unanswered(w, r, rs, o)
+		return
+	}
 	start := rs.start
-	if start.IsZero() {
+	if start.IsZero() || up != nil {
 		start = time.Now()
 	}
 	keyed := len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
-	replay := upstream.Replayable(r.Method, hasBody, keyed)
+	replay := upstream.Replayable(r.Method, !up.rewindable(), keyed)
 	walk := newWalk(s, rs.entry)
 	for {
 		tgt := walk.next()
@@ -181,18 +239,27 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 				o = outcomeClientGone
 			}
 		}
-		if walk.missed(o, err, up == nil || !up.took.Load()) {
+		if walk.missed(o, err, !up.taken()) {
 			continue
 		}
-		if o == outcomeClientGone {
-			// Nothing to say, and never net/http's default 200 for a handler that wrote
-			// nothing: should the client still listen, its connection or stream ends.
-			rs.abort = true
-		} else {
-			s.answer(w, rs, o)
-		}
+		s.unanswered(w, r, rs, o)
 		return
 	}
+}
+
+// unanswered answers o to a request that failed without an answer from its target.
+func (s *Server) unanswered(w http.ResponseWriter, r *http.Request, rs *reqState, o outcome) {
+	switch {
+	case o == outcomeClientGone:
+		// Nothing to say, and never net/http's default 200 for a handler that wrote
+		// nothing: should the client still listen, its connection or stream ends.
+		rs.abort = true
+		return
+	case (o == outcomeClientBody || o == outcomeBodyTimeout) && r.ProtoMajor == 1:
+		// The rest of the body, if any, cannot be told from a next request.
+		w.Header()["Connection"] = valClose
+	}
+	s.answer(w, rs, o)
 }
 
 // methodUsuallyLacksBody reports a method whose requests rarely have content (Go's
@@ -343,6 +410,8 @@ func (b *httpBody) trailers() []hpack.HeaderField {
 
 func (b *httpBody) failure(err error) outcome {
 	switch {
+	case errors.Is(err, errBodyTooLong):
+		return outcomeClientBody
 	case b.tb.timedOut.Load():
 		return outcomeBodyTimeout
 	case b.r.Context().Err() != nil || errors.Is(err, context.Canceled):

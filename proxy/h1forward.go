@@ -209,7 +209,9 @@ func (c *h1Conn) exchange(w *h1Work, e *routetable.Entry, addr string) (*upstrea
 // thinks (we read nothing from the client meanwhile, unlike net/http's background read).
 func (c *h1Conn) clientGone() bool { return peerHungUp(c.rawConn()) }
 
-// replayable applies upstream.Replayable to req.
+// replayable applies upstream.Replayable to req. Its body, if any, is in the read
+// buffer, whole: it is sent again from there, as a body held whole on the other paths
+// (holdBody), so only the method and an idempotency key decide.
 func replayable(req *h1wire.Request) bool {
 	keyed := false
 	for i := range req.Fields {
@@ -218,7 +220,7 @@ func replayable(req *h1wire.Request) bool {
 			break
 		}
 	}
-	return upstream.Replayable(string(req.Method()), req.ContentLength > 0, keyed)
+	return upstream.Replayable(string(req.Method()), false, keyed)
 }
 
 // responseFraming is how res's body is delimited (the answer to a HEAD request has

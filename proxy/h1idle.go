@@ -5,13 +5,14 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 // Idle connections without a read buffer or a goroutine.
 //
-// An HTTP/1.1 connection that waited h1ParkAfter for its next request "parks": its
-// serving goroutine puts the 8 KiB read buffer back into a pool, hands the connection to
+// An HTTP/1.1 connection (plain or TLS) that waited h1ParkAfter for its next request
+// "parks": its serving goroutine puts the 8 KiB read buffer back into a pool, hands the connection to
 // the server's parker and ends. On Linux the parker (h1idle_linux.go) is one goroutine per
 // Server that waits on an epoll instance of its own for any parked connection to become
 // readable; then it starts a serving goroutine for that connection, which takes a buffer
@@ -22,6 +23,10 @@ import (
 // stack. Busy connections never park: the hot path is unchanged except for a pooled
 // buffer instead of an allocated one. Elsewhere than Linux nothing parks
 // (h1idle_other.go).
+//
+// HTTP/2 connections (plain or TLS) park too, through the same parker: the engine parks
+// a connection without streams (proxy/internal/h2/park.go) and the fast path hands it to
+// the parker as below (h2serve.go).
 //
 // HTTP/1.1 over TLS parks alike: crypto/tls may hold bytes that a poll of the socket
 // cannot see, but the idle wait that ends in a park is itself the proof that it holds
@@ -40,7 +45,8 @@ import (
 // than records, a complete record that carries no request (a TLS 1.3 KeyUpdate) during
 // the idle wait then also counts as a request on its way, so such a connection closes at
 // ReadHeaderTimeout after its park would have begun unless a request follows. At the
-// park, crypto/tls's empty input buffers are dropped too (tlsbuf.go).
+// park, crypto/tls's empty input buffers are dropped too (tlsbuf.go), on HTTP/1.1 and
+// HTTP/2 connections alike.
 //
 // Ownership. A connection belongs to exactly one party at a time: its serving goroutine,
 // or, in state h1Parked, the parker. Only a holder of parker.mu moves a connection into or
@@ -51,6 +57,66 @@ import (
 // descriptor number that the kernel hands to a later connection never meets a stale
 // registration. Nobody closes a parked connection without claiming it first (h1Set's
 // closeIdle and closeAll claim parked ones instead of closing them).
+
+// parkee is what the parker holds: a connection that waits for its client without a
+// goroutine or a buffer. The parker knows it by its socket (rawConn), its record
+// (parkRec: state, park number, descriptor) and its idle deadline, and gives it back
+// through unparked (readable) or endParked (its end, claimed). h1Conn is one, for the
+// plain HTTP/1.1 fast path and for the HTTP/2 engine's connections (h2serve.go).
+type parkee interface {
+	parkRec() *parkRec
+	rawConn() syscall.RawConn
+	// parkedDeadline is when the parker ends the connection for idleness.
+	parkedDeadline() time.Time
+	// unparked serves the connection on once it is readable, on a goroutine the parker
+	// started (the server's h1 wait group owns it).
+	unparked()
+	// endParked ends a connection its caller claimed (it is in state h1Closing):
+	// graceful (Shutdown's drain, the idle timeout) tells the client first where the
+	// protocol can (an HTTP/2 GOAWAY, sent from a goroutine of the h1 wait group);
+	// otherwise (the client hung up, closeNow, the parker stopping) it closes at once.
+	endParked(graceful bool)
+}
+
+// parkRec is the parker's record of a parkee. state is the connection's own state word:
+// the parker moves it from awake to h1Parked (park) and from h1Parked to awake (readable)
+// or h1Closing (claimed), under its lock; seq and fd are the parker's (under its lock).
+type parkRec struct {
+	state *atomic.Int32
+	awake int32 // h1Idle for an HTTP/1.1 connection, h1Active for an HTTP/2 one
+	seq   uint64
+	fd    int
+}
+
+// parkRec is c's record for the parker.
+func (c *h1Conn) parkRec() *parkRec { return &c.pr }
+
+// endParked ends c, which its caller claimed from the parker. Over TLS it does so on a
+// goroutine of the h1 wait group: crypto/tls's Close sends close_notify and may wait up
+// to 5 s for room to (a client that stopped reading), never on the parker's goroutine.
+func (c *h1Conn) endParked(graceful bool) {
+	if c.secure {
+		c.s.h1.wg.Go(func() { c.endParkedNow(graceful) }) // as the parker's releases
+		return
+	}
+	c.endParkedNow(graceful)
+}
+
+func (c *h1Conn) endParkedNow(graceful bool) {
+	if c.h2c != nil {
+		c.endParkedH2(graceful) // h2serve.go
+		return
+	}
+	c.finish(false)
+}
+
+// dropTLSBuffers lets a parking TLS connection's crypto/tls input buffers go when they
+// are empty (tlsbuf.go); the calling goroutine still owns the connection.
+func (c *h1Conn) dropTLSBuffers() {
+	if c.secure {
+		dropTLSBuffers(c.cc.tc)
+	}
+}
 
 // parkedTotal counts parks (tests watch it).
 var parkedTotal atomic.Int64
@@ -83,6 +149,7 @@ func (c *h1Conn) shouldPark(err error) bool {
 func (c *h1Conn) park() bool {
 	putReadBuf(c.rbuf)
 	c.rbuf = nil
+	c.dropTLSBuffers()
 	if !c.pk.park(c) {
 		return false
 	}
@@ -93,6 +160,10 @@ func (c *h1Conn) park() bool {
 // unparked serves a parked connection that became readable, on a goroutine the parker
 // started (and the server's h1 wait group owns).
 func (c *h1Conn) unparked() {
+	if c.h2c != nil {
+		c.resumeH2() // h2serve.go
+		return
+	}
 	c.rbuf = getReadBuf()
 	c.dlIdle = false // the next wait sets its deadline afresh
 	c.finish(c.loop())
@@ -100,7 +171,12 @@ func (c *h1Conn) unparked() {
 
 // parkedDeadline is when a parked connection's idle timeout ends: IdleTimeout after its
 // idle wait began, as if it had kept waiting on its goroutine.
-func (c *h1Conn) parkedDeadline() time.Time { return c.dlSetAt.Add(c.s.cfg.IdleTimeout) }
+func (c *h1Conn) parkedDeadline() time.Time {
+	if c.h2c != nil {
+		return c.h2c.IdleDeadline()
+	}
+	return c.dlSetAt.Add(c.s.cfg.IdleTimeout)
+}
 
 // canParkTLS reports whether the connection may park as far as TLS goes: plain ones may;
 // TLS ones when the record bytes taken from the socket are counted (rawnet, Linux).

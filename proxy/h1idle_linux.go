@@ -48,9 +48,9 @@ type parker struct {
 
 	mu sync.Mutex
 	// byFd is the parked connection at each descriptor (nil: none). A slice indexed by
-	// descriptor: 8 bytes per descriptor number up to the highest parked, no per-park
+	// descriptor: 16 bytes per descriptor number up to the highest parked, no per-park
 	// allocation.
-	byFd []*h1Conn
+	byFd []parkee
 	// queue holds the parks in the order they happened, for the idle timeout: entries
 	// of connections that left h1Parked since are stale and skipped (and compacted away
 	// when they outnumber the live ones).
@@ -72,7 +72,7 @@ type parker struct {
 
 // parkEntry is one park in the timeout queue.
 type parkEntry struct {
-	c        *h1Conn
+	c        parkee
 	seq      uint64
 	deadline time.Duration // since epoch: when the idle timeout ends
 }
@@ -118,19 +118,17 @@ func newParker(s *Server) (*parker, error) {
 }
 
 // park registers c, whose serving goroutine is about to end; false when the connection
-// is not in state h1Idle any more (Shutdown closed it), the parker stopped, or the
+// is not in its awake state any more (Shutdown closed it), the parker stopped, or the
 // registration failed (c is then as it was).
-func (p *parker) park(c *h1Conn) bool {
+func (p *parker) park(c parkee) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopped || !c.state.CompareAndSwap(h1Idle, h1Parked) {
+	rec := c.parkRec()
+	if p.stopped || !rec.state.CompareAndSwap(rec.awake, h1Parked) {
 		return false
 	}
 	// From here c is h1Parked: closeIdle and closeAll claim it (under mu) instead of
 	// closing it, so its descriptor stays open while we hold mu.
-	if c.secure {
-		dropTLSBuffers(c.cc.tc) // tlsbuf.go; c is ours: its goroutine is this one
-	}
 	p.seq++
 	seq := p.seq
 	var fd int
@@ -148,14 +146,14 @@ func (p *parker) park(c *h1Conn) bool {
 		}
 	})
 	if err != nil || fd < 0 {
-		c.state.Store(h1Idle) // nobody else moves it out of h1Parked: we hold mu
+		rec.state.Store(rec.awake) // nobody else moves it out of h1Parked: we hold mu
 		return false
 	}
 	if fd >= len(p.byFd) {
-		p.byFd = append(p.byFd, make([]*h1Conn, fd+1-len(p.byFd)+len(p.byFd)/2)...)
+		p.byFd = append(p.byFd, make([]parkee, fd+1-len(p.byFd)+len(p.byFd)/2)...)
 	}
 	p.byFd[fd] = c
-	c.parkSeq, c.parkFd = seq, fd
+	rec.seq, rec.fd = seq, fd
 	p.live++
 	if p.head == len(p.queue) {
 		p.queue, p.head = p.queue[:0], 0
@@ -178,7 +176,7 @@ func (p *parker) signal() {
 
 // claim takes the parked c out of the parker for the caller, who then closes it; false
 // when c is not parked (any more).
-func (p *parker) claim(c *h1Conn) bool {
+func (p *parker) claim(c parkee) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.unregister(c, h1Closing)
@@ -186,8 +184,9 @@ func (p *parker) claim(c *h1Conn) bool {
 
 // unregister moves c from h1Parked to state to and removes its registration and record
 // (under mu); false when c is not parked.
-func (p *parker) unregister(c *h1Conn, to int32) bool {
-	if !c.state.CompareAndSwap(h1Parked, to) {
+func (p *parker) unregister(c parkee, to int32) bool {
+	rec := c.parkRec()
+	if !rec.state.CompareAndSwap(h1Parked, to) {
 		return false
 	}
 	// The descriptor is open (a parked connection is closed only by its claimer, after
@@ -195,8 +194,8 @@ func (p *parker) unregister(c *h1Conn, to int32) bool {
 	_ = c.rawConn().Control(func(fd uintptr) {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	})
-	if p.byFd[c.parkFd] == c {
-		p.byFd[c.parkFd] = nil
+	if p.byFd[rec.fd] == c {
+		p.byFd[rec.fd] = nil
 	}
 	p.live--
 	return true
@@ -204,7 +203,7 @@ func (p *parker) unregister(c *h1Conn, to int32) bool {
 
 // stop claims and closes whatever is still parked, stops run and makes park refuse.
 func (p *parker) stop() {
-	var left []*h1Conn
+	var left []parkee
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
@@ -220,20 +219,21 @@ func (p *parker) stop() {
 	p.signal()
 	p.mu.Unlock()
 	for _, c := range left {
-		c.finish(false)
+		c.endParked(false)
 	}
 }
 
 // run is the parker's goroutine: it starts a serving goroutine for each parked
 // connection that became readable, closes those whose client hung up with nothing left
-// to read and those idle past their deadline, until stop.
+// to read, and ends those idle past their deadline (gracefully: an HTTP/2 connection
+// sends its GOAWAY), until stop.
 func (p *parker) run() {
 	defer func() {
 		_ = unix.Close(p.wake)
 		_ = unix.Close(p.epfd)
 	}()
 	events := make([]unix.EpollEvent, parkBatch)
-	var ready, expired []*h1Conn // to serve, to close
+	var ready, hungUp, expired []parkee // to serve, to close, to end
 	for {
 		n, err := unix.EpollWait(p.epfd, events, p.waitMillis())
 		if err != nil && err != unix.EINTR {
@@ -257,7 +257,7 @@ func (p *parker) run() {
 				continue
 			}
 			c := p.byFd[fd]
-			if c == nil || uint32(c.parkSeq) != uint32(ev.Pad) || c.state.Load() != h1Parked {
+			if c == nil || uint32(c.parkRec().seq) != uint32(ev.Pad) || c.parkRec().state.Load() != h1Parked {
 				continue // stale: claimed (and maybe parked again) since EpollWait returned
 			}
 			if ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && !p.pending(c) {
@@ -265,10 +265,10 @@ func (p *parker) run() {
 				// goroutine and a read buffer only to read the end (a mass disconnect
 				// would otherwise be a burst of them).
 				p.unregister(c, h1Closing)
-				expired = append(expired, c)
+				hungUp = append(hungUp, c)
 				continue
 			}
-			p.unregister(c, h1Idle)
+			p.unregister(c, c.parkRec().awake)
 			ready = append(ready, c)
 		}
 		expired = p.expire(expired)
@@ -282,23 +282,21 @@ func (p *parker) run() {
 			p.s.h1.wg.Go(c.unparked) // as the release above
 			ready[i] = nil
 		}
+		for i, c := range hungUp {
+			c.endParked(false)
+			hungUp[i] = nil
+		}
 		for i, c := range expired {
-			if c.secure {
-				// crypto/tls's Close sends close_notify and may wait up to 5 s for room
-				// to (a client that stopped reading): not on the parker's goroutine.
-				p.s.h1.wg.Go(func() { c.finish(false) }) // as the release above
-			} else {
-				c.finish(false)
-			}
+			c.endParked(true)
 			expired[i] = nil
 		}
-		ready, expired = ready[:0], expired[:0]
+		ready, hungUp, expired = ready[:0], hungUp[:0], expired[:0]
 	}
 }
 
 // pending reports whether the parked c has bytes to read (a request pipelined before
 // the client's FIN): one non-blocking MSG_PEEK (under mu).
-func (p *parker) pending(c *h1Conn) bool {
+func (p *parker) pending(c parkee) bool {
 	var b [1]byte
 	n := 0
 	_ = c.rawConn().Control(func(fd uintptr) {
@@ -316,7 +314,7 @@ func (p *parker) pending(c *h1Conn) bool {
 // expire claims the parked connections whose idle timeout has ended, appending them to
 // out (under mu). It pops the queue's front while that is stale or due: the queue is in
 // park order, so this is a scan of what is due, not of everything parked.
-func (p *parker) expire(out []*h1Conn) []*h1Conn {
+func (p *parker) expire(out []parkee) []parkee {
 	now := time.Since(p.epoch)
 	for p.head < len(p.queue) {
 		e := &p.queue[p.head]
@@ -336,7 +334,8 @@ func (p *parker) expire(out []*h1Conn) []*h1Conn {
 
 // valid reports whether e is the current park of a connection still parked.
 func (p *parker) valid(e *parkEntry) bool {
-	return e.c.state.Load() == h1Parked && e.c.parkSeq == e.seq
+	rec := e.c.parkRec()
+	return rec.state.Load() == h1Parked && rec.seq == e.seq
 }
 
 // compact drops the queue's consumed front and, when stale entries (connections that

@@ -10,11 +10,12 @@ import (
 // the live ones in park order, and waits for the oldest live deadline, not a stale one.
 func TestParkQueueCompacts(t *testing.T) {
 	p := &parker{s: &Server{}, epoch: time.Now()}
-	var live []*h1Conn
+	var live []parkee
 	for i := range 3000 {
 		c := &h1Conn{}
+		c.pr = parkRec{state: &c.state, awake: h1Idle}
 		p.seq++
-		c.parkSeq = p.seq
+		c.pr.seq = p.seq
 		e := parkEntry{c: c, seq: p.seq, deadline: time.Hour + time.Duration(i)*time.Millisecond}
 		if i%300 == 299 {
 			c.state.Store(h1Parked)
@@ -25,10 +26,10 @@ func TestParkQueueCompacts(t *testing.T) {
 		p.queue = append(p.queue, e)
 	}
 	// One stale re-park: the connection is parked again under a newer number.
-	again := p.queue[0].c
+	again := p.queue[0].c.(*h1Conn)
 	again.state.Store(h1Parked)
 	p.seq++
-	again.parkSeq = p.seq
+	again.pr.seq = p.seq
 	p.queue = append(p.queue, parkEntry{c: again, seq: p.seq, deadline: 2 * time.Hour})
 	live = append(live, again)
 	p.live = len(live)

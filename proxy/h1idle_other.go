@@ -13,8 +13,8 @@ type parker struct{}
 
 func newParker(*Server) (*parker, error) { return nil, errors.New("proxy: cannot park here") }
 
-func (*parker) run()               {}
-func (*parker) stop()              {}
-func (*parker) park(*h1Conn) bool  { return false }
-func (*parker) claim(*h1Conn) bool { return false }
-func (*parker) parkedNow() int     { return 0 }
+func (*parker) run()              {}
+func (*parker) stop()             {}
+func (*parker) park(parkee) bool  { return false }
+func (*parker) claim(parkee) bool { return false }
+func (*parker) parkedNow() int    { return 0 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
@@ -64,7 +65,7 @@ const h1NewGrace = 5 * time.Second
 
 // h1Conn is one client connection on the fast path. Its fields belong to its goroutine
 // (or to the parker while it is parked), except state, which Shutdown reads and swaps,
-// and parkSeq, which is the parker's (under its lock).
+// and pr's seq and fd, which are the parker's (under its lock).
 type h1Conn struct {
 	s       *Server
 	cc      *clientConn
@@ -87,9 +88,10 @@ type h1Conn struct {
 	served   int
 	parkable bool                // on TCP (plain or TLS), and the server has a parker (h1idle.go)
 	parking  bool                // run returned to park the idle connection
-	pk       *parker             // the server's parker, when parkable
-	parkSeq  uint64              // the parker's number for the connection's current park
-	parkFd   int                 // the descriptor it is parked at (the parker's)
+	pk       *parker             // the server's parker, when parkable (or an HTTP/2 one may park)
+	pr       parkRec             // the parker's record (h1idle.go)
+	h2c      *h2.Conn            // the HTTP/2 engine's connection, once it serves one (h2serve.go)
+	h2Parked bool                // the engine returned parked: finish hands it to the parker
 	tlsMark  int64               // TLS: record bytes taken from the socket when the idle wait began
 	started  time.Time           // accepted at
 	now      time.Time           // read once per request
@@ -173,7 +175,9 @@ func (set *h1Set) closeIdle() int {
 		case c.state.Load() == h1Parked:
 			if c.pk.claim(c) {
 				parked = append(parked, c)
-				delete(set.m, c) // finish's remove finds it gone
+				if c.h2c == nil {
+					delete(set.m, c) // finish's remove finds it gone
+				} // an HTTP/2 one counts until its GOAWAY is out (endParked)
 			}
 		case c.state.CompareAndSwap(h1Idle, h1Closing) ||
 			time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing):
@@ -183,7 +187,7 @@ func (set *h1Set) closeIdle() int {
 	n := len(set.m)
 	set.mu.Unlock()
 	for _, c := range parked {
-		c.finish(false)
+		c.endParked(true)
 	}
 	return n
 }
@@ -214,7 +218,7 @@ func (set *h1Set) closeAll() {
 	}
 	set.mu.Unlock()
 	for _, c := range parked {
-		c.finish(false)
+		c.endParked(false)
 	}
 }
 
@@ -263,6 +267,7 @@ func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
 		delay = 0
 		cc := nc.(*clientConn)
 		c := &h1Conn{s: s, cc: cc, ho: ho, secure: cc.isTLS(), started: time.Now()}
+		cc.h1.Store(c) // an abuse verdict claims it from the parker (clientConn.End)
 		// Counted before it joins the set: a connection in the set always holds the wait
 		// group, which closeConn relies on.
 		s.h1.wg.Add(1)
@@ -288,6 +293,17 @@ func (c *h1Conn) serve() {
 // to net/http or closes it. It also closes a parked connection its claimer owns.
 func (c *h1Conn) finish(handoff bool) {
 	s := c.s
+	for c.h2Parked {
+		c.h2Parked = false
+		c.dropTLSBuffers()
+		if !s.draining.Load() && c.pk.park(c) {
+			parkedTotal.Add(1)
+			return // the parker owns it now
+		}
+		// The parker could not take it (Shutdown meanwhile, or it stopped): serve on;
+		// the engine ends the connection itself if Shutdown or closeAll got to it.
+		c.h2Ran(c.h2c.Resume())
+	}
 	for c.parking {
 		c.parking = false
 		if c.park() {
@@ -346,6 +362,7 @@ func (c *h1Conn) run() (handoff bool) {
 	c.trusted = s.isTrusted(c.ip)
 	if pk := s.parker; pk != nil && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
 		c.parkable, c.pk = true, pk
+		c.pr = parkRec{state: &c.state, awake: h1Idle}
 	}
 	c.rbuf = getReadBuf()
 	return c.loop()

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// h2Peer is a raw h2c client for the budget tests: frames written and read by hand.
-type h2Peer struct {
+// h2RawPeer is a raw h2c client for the budget tests: frames written and read by hand.
+type h2RawPeer struct {
 	t    *testing.T
 	c    net.Conn
 	fr   *http2.Framer
@@ -22,10 +22,10 @@ type h2Peer struct {
 	henc *hpack.Encoder
 }
 
-func dialH2Peer(t *testing.T, addr string) *h2Peer {
+func dialH2RawPeer(t *testing.T, addr string) *h2RawPeer {
 	t.Helper()
 	c := dialRaw(t, addr)
-	p := &h2Peer{t: t, c: c, fr: http2.NewFramer(c, c)}
+	p := &h2RawPeer{t: t, c: c, fr: http2.NewFramer(c, c)}
 	p.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	p.henc = hpack.NewEncoder(&p.hbuf)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
@@ -39,7 +39,7 @@ func dialH2Peer(t *testing.T, addr string) *h2Peer {
 
 // get sends a GET for host's / on stream id; it reports a write error (the server may
 // have hung up).
-func (p *h2Peer) get(id uint32, host string) error {
+func (p *h2RawPeer) get(id uint32, host string) error {
 	p.hbuf.Reset()
 	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", host}, {":path", "/"}} {
 		_ = p.henc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
@@ -48,7 +48,7 @@ func (p *h2Peer) get(id uint32, host string) error {
 }
 
 // next reads a frame; io.EOF once the server closed the connection.
-func (p *h2Peer) next() (http2.Frame, error) {
+func (p *h2RawPeer) next() (http2.Frame, error) {
 	_ = p.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	f, err := p.fr.ReadFrame()
 	var ne net.Error
@@ -64,7 +64,7 @@ func (p *h2Peer) next() (http2.Frame, error) {
 func TestH2MaxStreamsPerConnConfig(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.HTTP2MaxStreamsPerConn = 3 })
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
-	p := dialH2Peer(t, e.http)
+	p := dialH2RawPeer(t, e.http)
 	for id := uint32(1); id <= 7; id += 2 {
 		if err := p.get(id, "app.example.test"); err != nil {
 			t.Fatal(err)
@@ -105,7 +105,7 @@ func TestH2MaxStreamsPerConnConfig(t *testing.T) {
 func TestH2LateResetFloodPenalised(t *testing.T) {
 	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
-	p := dialH2Peer(t, e.http)
+	p := dialH2RawPeer(t, e.http)
 	sent := 0
 	var code http2.ErrCode = 0xff
 flood:

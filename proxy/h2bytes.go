@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"sync"
@@ -34,6 +35,7 @@ type h2Work struct {
 	kinds  [32]uint8 // lf's kinds, for requests with up to 32 fields
 	target []byte    // the request-target, escaped as it goes
 	body   uploader  // the request body's, when it has one
+	h2b    h2Body    // the own engine's stream as body's source
 	// net/http's front-ends only (forward.go):
 	hf   []hpack.HeaderField // the request's header, flattened
 	tb   trackedBody
@@ -43,6 +45,8 @@ type h2Work struct {
 
 // release puts w back in its pool, holding no request's header values.
 func (w *h2Work) release() {
+	w.body.release()
+	w.h2b = h2Body{}
 	w.reset()
 	clear(w.hf)
 	w.hf = w.hf[:0]
@@ -75,11 +79,24 @@ func (x *h2Req) forwardBytes() {
 		return
 	}
 	x.up = up
+	if up != nil {
+		w.h2b.pace(true)
+	}
+	o, failed := s.holdBody(up)
+	if up != nil {
+		w.h2b.pace(false)
+	}
+	if failed {
+		// The body failed before any target saw the request (bodybuf.go).
+		x.err = up.clientErr
+		x.fail(o)
+		return
+	}
 	start := x.start
-	if start.IsZero() {
+	if start.IsZero() || up != nil {
 		start = time.Now()
 	}
-	replay := x.replayable(up != nil)
+	replay := x.replayable(!up.rewindable())
 	walk := newWalk(s, x.entry)
 	for {
 		b := walk.next()
@@ -102,20 +119,31 @@ func (x *h2Req) forwardBytes() {
 		if !client {
 			o = classifyUpstream(err)
 		}
-		if walk.missed(o, err, up == nil || !up.took.Load()) {
+		if walk.missed(o, err, !up.taken()) {
 			continue
 		}
-		if o == outcomeClientGone {
-			x.st.Reset(http2.ErrCodeCancel)
-		} else {
-			x.answer(o)
-		}
+		x.fail(o)
 		return
 	}
 }
 
+// fail answers o to a request that failed without an answer from its target:
+// nothing when the client went away (the stream is reset, if it was not already), nor
+// to a body the engine found malformed (it reset the stream with PROTOCOL_ERROR, RFC
+// 9113 §8.1.1): that one is recorded as the 400 it would have got.
+func (x *h2Req) fail(o outcome) {
+	switch {
+	case o == outcomeClientGone:
+		x.st.Reset(http2.ErrCodeCancel)
+	case x.up != nil && errors.Is(x.up.clientErr, h2.ErrMalformedBody):
+		x.status = o.status()
+	default:
+		x.answer(o)
+	}
+}
+
 // replayable applies upstream.Replayable to the request.
-func (x *h2Req) replayable(hasBody bool) bool {
+func (x *h2Req) replayable(streamed bool) bool {
 	keyed := false
 	for i := range x.rq.Fields {
 		if upstream.IdempotencyKey(x.rq.Fields[i].Name) {
@@ -123,7 +151,7 @@ func (x *h2Req) replayable(hasBody bool) bool {
 			break
 		}
 	}
-	return upstream.Replayable(x.rq.Method, hasBody, keyed)
+	return upstream.Replayable(x.rq.Method, streamed, keyed)
 }
 
 // nameBytes is a field name as bytes, without copying (never written to).
@@ -144,7 +172,8 @@ func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
 	var up *uploader
 	if !rq.NoBody && rq.ContentLength != 0 {
 		up = &w.body
-		*up = uploader{src: (*h2Body)(x.st), length: rq.ContentLength}
+		w.h2b = h2Body{st: x.st, timeout: x.f.s.cfg.ClientBodyTimeout}
+		*up = uploader{src: &w.h2b, length: rq.ContentLength}
 	}
 	w.lf.fields = rq.Fields
 	w.lf.classify(w.kinds[:])

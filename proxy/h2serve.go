@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"time"
@@ -129,16 +130,55 @@ func (c *h1Conn) serveH2() {
 	f.ip = clientIP(cc.RemoteAddr().String())
 	f.trusted = s.isTrusted(f.ip)
 	f.remote = cc.RemoteAddr().String()
-	conn := h2.NewConn(cc, s.h2Config(), f)
+	cfg := s.h2Config()
+	if pk := s.parker; pk != nil && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil {
+		// Without streams for h1ParkAfter, the connection parks (h1idle.go).
+		c.pk, cfg.ParkAfter = pk, h1ParkAfter
+		c.pr = parkRec{state: &c.state, awake: h1Active}
+	}
+	conn := h2.NewConn(cc, cfg, f)
 	s.h2.add(conn, remoteAddr(cc))
+	c.h2c = conn
 	cc.h2.Store(conn) // an abuse verdict ends it through the engine (clientConn.End)
-	err := conn.Serve(context.Background())
-	cc.h2.Store(nil)
-	s.h2.remove(conn)
+	c.h2Ran(conn.Serve(context.Background()))
+}
+
+// h2Ran takes the engine's answer when Serve or Resume returned: parked, finish hands
+// the connection to the parker (h2Parked); ended, it leaves the server's HTTP/2 set and
+// finish closes it.
+func (c *h1Conn) h2Ran(err error) {
+	if errors.Is(err, h2.ErrParked) {
+		c.h2Parked = true
+		return
+	}
+	c.s.h2.remove(c.h2c)
+	c.cc.h2.Store(nil)
 	// HTTP/2 accounting is per stream (h2forward.go): no connection tail to attribute
 	// when the fast path closes the connection (flushTail).
+	cc := c.cc
 	cc.acctRead, cc.acctWrite = cc.readN.Load(), cc.writeN.Load()
 	if err != nil {
-		s.log.Debug("HTTP/2 connection ended", zap.String("client", f.remote), zap.Error(err))
+		c.s.log.Debug("HTTP/2 connection ended", zap.String("client", cc.RemoteAddr().String()), zap.Error(err))
 	}
+}
+
+// resumeH2 serves a parked HTTP/2 connection on (the parker found it readable, or its
+// claimer ends it through the engine), on a goroutine of the h1 wait group or its
+// claimer's; finish parks it again or closes it.
+func (c *h1Conn) resumeH2() {
+	c.h2Ran(c.h2c.Resume())
+	c.finish(false)
+}
+
+// endParkedH2 ends a parked HTTP/2 connection its caller claimed: graceful, with a
+// GOAWAY that the engine, resumed on a goroutine of its own, writes before it closes
+// (after its usual drain); otherwise closed at once (the engine's teardown runs here).
+func (c *h1Conn) endParkedH2(graceful bool) {
+	if graceful {
+		c.h2c.Shutdown()
+		c.s.h1.wg.Go(c.resumeH2)
+		return
+	}
+	c.h2c.Close()
+	c.resumeH2()
 }

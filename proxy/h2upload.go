@@ -14,7 +14,9 @@ import (
 )
 
 // uploader sends a request's body to the target while the byte-level exchange
-// (exchange.go) waits for the answer: as it comes, with the client's flow control (or
+// (exchange.go) waits for the answer: first what the core held of it before the target
+// was chosen (holdBody, bodybuf.go: all of a body that ended within
+// Config.RequestBuffer), then the rest as it comes, with the client's flow control (or
 // TCP's) as the back-pressure (an HTTP/2 stream returns window only for bytes read),
 // framed as the head said: as it is under Content-Length, or chunked, trailers included.
 // It reads the body from a bodySource: the own HTTP/2 engine's stream (h2Body) or
@@ -23,27 +25,36 @@ import (
 // forwarding goroutine, which waits for it (end) before the target connection is pooled,
 // closed or tried again.
 //
-// With Expect: 100-continue it reads nothing from the client until the target said
-// 100, or a second passed (as net/http's transport waits); a final answer that comes
-// first means the body is not sent at all. The stream sends the client its own 100 at
-// the first Read.
+// With Expect: 100-continue and a body that was not held (holdBody says when), it reads
+// nothing from the client until the target said 100, or a second passed (as net/http's
+// transport waits); a final answer that comes first means the body is not sent at all.
+// The stream sends the client its own 100 at the first Read.
 type uploader struct {
 	src     bodySource
 	chunked bool
 	expect  bool
 	stopped atomic.Bool // end stopped the body's reading: a failed Read is no client error
-	// length is the body's stated length (-1: unknown); once that much went out (or the
-	// last chunk did) allSent is set, and end waits for the upload instead of stopping it:
-	// a target that answers as the last byte reaches it leaves its connection reusable.
-	length  int64
-	sent    int64
-	allSent atomic.Bool
+	// length is the body's stated length (-1: unknown). endWrite is set as the write
+	// that ends the body begins (the one that completes the stated length, or the last
+	// chunk); end then waits for it instead of stopping it (for lastWriteWait at most):
+	// a target that answers as the last byte reaches it (before the write has even
+	// returned) leaves its connection reusable.
+	length   int64
+	sent     int64
+	endWrite atomic.Bool
+	// The body's start, read before a target was chosen (holdBody, bodybuf.go): heldN
+	// bytes in held's buffers (holdRoom each, after chunkPre bytes of room), all of the
+	// body when whole. They go out first, on every attempt.
+	held    []*[copyBufSize]byte
+	holdArr [4]*[copyBufSize]byte // held's first buffers, without an allocation
+	heldN   int64
+	whole   bool
 
 	uc   *upstream.Conn
 	cont chan struct{} // closed when the body may go (expect); by the forwarding goroutine only
 	skip atomic.Bool   // the final answer came first: send nothing
 	done chan struct{} // closed when run returns
-	took atomic.Bool   // a body byte was read from the client
+	took atomic.Bool   // a body byte was read from the client beyond what is held
 	// Set before done closes:
 	clientErr error // reading the client's body failed (not CloseRead)
 	complete  bool  // the whole body, and its end, went out
@@ -61,7 +72,7 @@ func (u *uploader) start(uc *upstream.Conn) {
 	u.done = make(chan struct{})
 	u.clientErr, u.complete = nil, false
 	u.sent = 0
-	u.allSent.Store(false)
+	u.endWrite.Store(false)
 	go u.run()
 }
 
@@ -99,20 +110,40 @@ func (u *uploader) running() bool {
 
 // end stops an upload still running (the exchange is over: the client's reading is
 // closed and the target connection closed, which ends a Read or Write in progress) and
-// waits for it. It reports whether the body went out whole, so that the connection may
-// be kept.
+// waits for it; an upload whose last write is under way is given lastWriteWait to end
+// by itself first. It reports whether the body went out whole over a connection it left
+// open, so that the connection may be kept.
 func (u *uploader) end(uc *upstream.Conn) bool {
 	if u == nil || u.done == nil {
 		return true
 	}
-	if u.running() && !u.allSent.Load() {
+	closed := false
+	if u.running() && !(u.endWrite.Load() && u.ended(lastWriteWait)) {
 		u.stopped.Store(true)
 		u.src.stop()
 		uc.Close()
+		closed = true
 		u.proceed()
 	}
 	<-u.done
-	return u.complete
+	return u.complete && !closed
+}
+
+// lastWriteWait is how long end lets the write that ends a body finish by itself: the
+// target answered, so it has normally taken the bytes already (a target that answers
+// early and reads no more fills its socket's buffers, and the write is stopped).
+const lastWriteWait = 100 * time.Millisecond
+
+// ended reports whether the upload ends within d.
+func (u *uploader) ended(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-u.done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (u *uploader) run() {
@@ -128,31 +159,29 @@ func (u *uploader) run() {
 			return
 		}
 	}
+	// What was held before the target was chosen goes first.
+	for i, b := range u.held {
+		n := int(min(u.heldN-int64(i)*holdRoom, holdRoom))
+		if n <= 0 {
+			break // a buffer taken for a read that brought only the end
+		}
+		if !u.send(b[:], n) {
+			return
+		}
+	}
+	if u.whole {
+		u.finish()
+		return
+	}
 	bp := bufPool.Get().(*[copyBufSize]byte)
 	defer bufPool.Put(bp)
-	// Room for a chunk's size line before the data and its CRLF after.
-	const pre = 18
 	buf := bp[:]
-	data := buf[pre : len(buf)-2]
+	data := buf[chunkPre : len(buf)-2]
 	for {
 		n, err := u.src.Read(data)
 		if n > 0 {
 			u.took.Store(true)
-			out := data[:n]
-			if u.chunked {
-				size := strconv.AppendInt(buf[:0:pre], int64(n), 16)
-				at := pre - len(size) - 2
-				copy(buf[at:], size)
-				buf[pre-2], buf[pre-1] = '\r', '\n'
-				buf[pre+n], buf[pre+n+1] = '\r', '\n'
-				out = buf[at : pre+n+2]
-			}
-			if _, werr := u.uc.Write(out); werr != nil {
-				return // the target stopped taking it; the answer, if any, says why
-			}
-			if u.sent += int64(n); !u.chunked && u.length >= 0 && u.sent >= u.length {
-				u.allSent.Store(true) // the whole body went out: nothing more to read
-				u.complete = true
+			if !u.send(buf, n) {
 				return
 			}
 		}
@@ -168,6 +197,35 @@ func (u *uploader) run() {
 			return
 		}
 	}
+}
+
+// send writes the n body bytes at buf[chunkPre:] to the target, framed in place as a
+// chunk when the body goes chunked. It reports whether the upload goes on: not when the
+// target stopped taking it (the answer, if any, says why), nor once the stated length
+// went out whole.
+func (u *uploader) send(buf []byte, n int) bool {
+	out := buf[chunkPre : chunkPre+n]
+	if u.chunked {
+		size := strconv.AppendInt(buf[:0:chunkPre], int64(n), 16)
+		at := chunkPre - len(size) - 2
+		copy(buf[at:], size)
+		buf[chunkPre-2], buf[chunkPre-1] = '\r', '\n'
+		buf[chunkPre+n], buf[chunkPre+n+1] = '\r', '\n'
+		out = buf[at : chunkPre+n+2]
+	}
+	last := !u.chunked && u.length >= 0 && u.sent+int64(n) >= u.length
+	if last {
+		u.endWrite.Store(true)
+	}
+	if _, werr := u.uc.Write(out); werr != nil {
+		return false
+	}
+	u.sent += int64(n)
+	if last {
+		u.complete = true // the whole body went out: nothing more to read
+		return false
+	}
+	return true
 }
 
 // finish ends the body: nothing more under Content-Length; the last chunk and the
@@ -189,8 +247,8 @@ func (u *uploader) finish() {
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, "\r\n"...)
+	u.endWrite.Store(true)
 	if _, err := u.uc.Write(b); err == nil {
-		u.allSent.Store(true)
 		u.complete = true
 	}
 }
@@ -215,16 +273,56 @@ type bodySource interface {
 	failure(err error) outcome
 }
 
-// h2Body is the own HTTP/2 engine's stream as a bodySource.
-type h2Body h2.Stream
+// h2Body is the own HTTP/2 engine's stream as a bodySource. The engine bounds each wait
+// for the client (its BodyTimeout, Config.ClientBodyTimeout); while the body is held
+// (paced, holdBody), its reads go by ClientBodyTimeout's progress rule instead, as
+// bodyProgress enforces it on net/http's front-end: every window must deliver
+// bodyProgressBytes, counting only the time spent waiting for the client, so a body
+// that trickles in is answered 408 after one window rather than held for as long as
+// it keeps a byte coming.
+type h2Body struct {
+	st      *h2.Stream
+	paced   bool
+	timeout time.Duration // Config.ClientBodyTimeout
+	bytes   int64         // delivered in the current window
+	waited  time.Duration // spent waiting for the client in the current window
+}
 
-func (b *h2Body) Read(p []byte) (int, error)    { return (*h2.Stream)(b).Read(p) }
-func (b *h2Body) stop()                         { (*h2.Stream)(b).CloseRead() }
-func (b *h2Body) trailers() []hpack.HeaderField { return (*h2.Stream)(b).Trailers() }
+// pace turns the progress rule on (while the body is held) or off (the engine's own
+// bound again, for the rest of the upload).
+func (b *h2Body) pace(on bool) {
+	b.paced, b.bytes, b.waited = on, 0, 0
+	if !on {
+		b.st.SetBodyTimeout(b.timeout)
+	}
+}
+
+func (b *h2Body) Read(p []byte) (int, error) {
+	if !b.paced {
+		return b.st.Read(p)
+	}
+	left := b.timeout - b.waited
+	if left <= 0 {
+		return 0, h2.ErrBodyTimeout // the window ran out as the last read returned
+	}
+	b.st.SetBodyTimeout(left) // the engine resets the stream once it has waited that long
+	t0 := time.Now()
+	n, err := b.st.Read(p)
+	b.waited += time.Since(t0)
+	if b.bytes += int64(n); b.bytes >= bodyProgressBytes {
+		b.bytes, b.waited = 0, 0 // the next window starts
+	}
+	return n, err
+}
+
+func (b *h2Body) stop()                         { b.st.CloseRead() }
+func (b *h2Body) trailers() []hpack.HeaderField { return b.st.Trailers() }
 func (b *h2Body) failure(err error) outcome {
 	switch {
 	case errors.Is(err, h2.ErrBodyTimeout):
 		return outcomeBodyTimeout
+	case errors.Is(err, h2.ErrMalformedBody):
+		return outcomeClientBody // the engine reset the stream (PROTOCOL_ERROR)
 	case errors.Is(err, h2.ErrStreamReset), errors.Is(err, h2.ErrConnClosed):
 		return outcomeClientGone
 	}

@@ -134,16 +134,19 @@ func TestH2UploadFraming(t *testing.T) {
 	}
 }
 
-// TestH2UploadExpectContinue: with Expect: 100-continue the body is read from the
-// client only once the target said 100; a target that answers at once with a final
-// status gets no body, and its connection is not reused (the request was not sent whole).
+// TestH2UploadExpectContinue: with Expect: 100-continue a body within
+// Config.RequestBuffer is held first (the stream sends its own 100) and goes with the
+// head; a larger one is read from the client only once the target said 100, and a
+// target that answers at once with a final status gets no body, and its connection is
+// not reused (the request was not sent whole).
 func TestH2UploadExpectContinue(t *testing.T) {
-	t.Run("target says 100", func(t *testing.T) {
+	t.Run("held body", func(t *testing.T) {
 		e := newEnv(t)
-		tg := echoTarget(t) // serveRecorded answers 100 to Expect
+		tg := echoTarget(t) // serveRecorded answers 100 to Expect (after the body came)
 		e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
 		_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "4"}, [2]string{"expect", "100-continue"})...)
-		// The client waits for the 100 before sending (what RFC 9110 §10.1.1 allows).
+		// The client waits for the 100 before sending (what RFC 9110 §10.1.1 allows):
+		// the stream's own, at holdBody's first read.
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
@@ -178,7 +181,7 @@ func TestH2UploadExpectContinue(t *testing.T) {
 			copied <- n
 		})
 		e.apply([]routeSpec{{host: h1Host, backends: []string{addr}}})
-		_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "4"}, [2]string{"expect", "100-continue"})...)
+		_, fr := h2Open(t, e.http, false, postFields([2]string{"content-length", "100000"}, [2]string{"expect", "100-continue"})...)
 		status, body, _ := h2Await(t, fr, true)
 		if status != "417" || body != "no" {
 			t.Fatalf("%s %q", status, body)
@@ -193,9 +196,10 @@ func TestH2UploadExpectContinue(t *testing.T) {
 // TestH2UploadEarlyAnswer: a target that answers before the body is whole (and stops
 // reading it) gets its answer relayed; the upload stops, the client is told to stop
 // sending (RST_STREAM NO_ERROR after the response), and the target connection is not
-// pooled, since the request never went out whole.
+// pooled, since the request never went out whole. The first part is more than the
+// held bytes (Config.RequestBuffer).
 func TestH2UploadEarlyAnswer(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, withRequestBuffer(8))
 	var conns atomic.Int32
 	addr := rawServer(t, func(c net.Conn) {
 		conns.Add(1)
@@ -229,9 +233,10 @@ func TestH2UploadEarlyAnswer(t *testing.T) {
 }
 
 // TestH2UploadClientResets: a client that resets its stream mid-body ends the exchange:
-// the target connection is closed, and it is not a backend failure.
+// the target connection is closed, and it is not a backend failure. The first part is
+// more than the held bytes (Config.RequestBuffer), so the exchange is under way.
 func TestH2UploadClientResets(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, withRequestBuffer(8))
 	closed := make(chan struct{})
 	addr := rawServer(t, func(c net.Conn) {
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {

@@ -100,6 +100,17 @@ type Config struct {
 	// pre-opened connections loses them, and its new connections meet the accept-time
 	// checks (the penalty) again.
 	HTTP2MaxStreamsPerConn int
+	// RequestBuffer is how much of a request body is read before a target is chosen (0 ->
+	// 64 KiB; negative: nothing is). A body that ends within it is read whole and checked
+	// first: a malformed one (a broken chunk, an HTTP/2 or HTTP/3 body shorter or longer
+	// than its content-length, a reset) is answered 400 (or its stream reset, where its
+	// protocol says so) and reaches no target, and a whole one may be sent again on a
+	// stale pooled target connection when its method allows (upstream.Replayable). A
+	// larger body goes out once that much was read, the rest as it comes. The wait is
+	// ClientBodyTimeout's; the target's header timeout starts once the body went out.
+	// Each request may hold this much (and up to 32 KiB more) while it waits, in pooled
+	// buffers.
+	RequestBuffer int64
 	// AccessLog, when set, receives one Info line per request: host, method, path, query,
 	// status, bytes in/out, duration, the client's address, the target's lease and
 	// address (also when it failed), the protocol and, for a failed request, the error.
@@ -170,6 +181,7 @@ const (
 	defaultClientBodyTimeout     = 30 * time.Second
 	defaultClientSendTimeout     = 30 * time.Second
 	defaultTunnelIdleTimeout     = 5 * time.Minute
+	defaultRequestBuffer         = 64 << 10
 	// maxConcurrentStreams bounds the requests one HTTP/2 or HTTP/3 connection may have
 	// open at once (nginx's default), and with them the targets' connections it holds.
 	maxConcurrentStreams = 128
@@ -185,6 +197,9 @@ type Server struct {
 	accessLog *zap.Logger
 	trusted   []netip.Prefix
 
+	// bodyBound is Config.RequestBuffer with its default applied; 0 holds no body
+	// (holdBody, bodybuf.go).
+	bodyBound int64
 	// up holds the targets' connections, for every exchange (exchange.go).
 	up        *targetPools
 	tlsConfig *tls.Config
@@ -279,6 +294,10 @@ func New(cfg Config) (*Server, error) {
 		trusted:   cfg.TrustedProxies,
 		ownH2:     !cfg.stdH2,
 		h1Off:     cfg.h1Off,
+		bodyBound: max(cfg.RequestBuffer, 0),
+	}
+	if cfg.RequestBuffer == 0 {
+		s.bodyBound = defaultRequestBuffer
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -436,7 +455,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	udp := s.h3.pc
 	tlsOn := s.httpsLn != nil
-	if canPark && s.httpLn != nil && s.cfg.IdleTimeout > h1ParkAfter {
+	if canPark && (s.httpLn != nil || s.httpsLn != nil) && s.cfg.IdleTimeout > h1ParkAfter {
 		pk, err := newParker(s)
 		if err != nil {
 			s.log.Warn("idle connections will not park", zap.Error(err))

@@ -213,11 +213,13 @@ func TestH2ZeroWindowStreamsAreReset(t *testing.T) {
 // TestSlowUploadGets408: an upload that sends a byte every 100 ms (every read would
 // meet a 300 ms deadline, but no 300 ms window delivers 1 KiB) is answered 408 after
 // about one window on every net/http and HTTP/3 path, and the target's connection is
-// closed before it got the body.
+// closed before it got the body. Bodies are not held here (Config.RequestBuffer):
+// the timeout of a body that streams is tested; TestHeldBodyFailures has one that
+// stalls while held.
 func TestSlowUploadGets408(t *testing.T) {
 	const size = 64 << 10
 	var logs *observer.ObservedLogs
-	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3, withH1Off)
+	e := newEnv(t, withProgressTimeouts(&logs), withHTTP3, withH1Off, withRequestBuffer(-1))
 	h3c, _ := e.h3Client()
 
 	upload := func(t *testing.T, c *http.Client, url string) {

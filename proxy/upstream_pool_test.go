@@ -76,7 +76,9 @@ func TestUpstreamPoolIsBounded(t *testing.T) {
 // TestUpstreamStaleConnection: a target that answers a connection's first request and
 // dies under its second, after reading it. A replayable request goes again on a new
 // connection (upstream.MayReplay, Replayable): a GET is; a POST is only with an
-// idempotency key and no body (a body is never sent twice, http.Transport's rule).
+// idempotency key, and only when its body, if any, is held whole (Config.RequestBuffer;
+// the fast path's is in its read buffer): a body that streamed is never sent twice, as
+// http.Transport sends again only a body it can get again (GetBody).
 func TestUpstreamStaleConnection(t *testing.T) {
 	tests := []struct {
 		name, method, body string
@@ -88,7 +90,8 @@ func TestUpstreamStaleConnection(t *testing.T) {
 		{"POST not replayed", "POST", "payload", nil, 502, 1},
 		{"POST without body not replayed", "POST", "", nil, 502, 1},
 		{"POST without body, Idempotency-Key, replayed", "POST", "", []string{"Idempotency-Key", "k1"}, 200, 2},
-		{"POST with body and X-Idempotency-Key not replayed", "POST", "payload", []string{"X-Idempotency-Key", "k1"}, 502, 1},
+		{"POST with body and X-Idempotency-Key replayed", "POST", "payload", []string{"X-Idempotency-Key", "k1"}, 200, 2},
+		{"POST with a body beyond the held bound and X-Idempotency-Key not replayed", "POST", strings.Repeat("b", 100<<10), []string{"X-Idempotency-Key", "k1"}, 502, 1},
 	}
 	for _, fe := range frontEnds {
 		for _, tc := range tests {

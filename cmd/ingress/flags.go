@@ -43,6 +43,7 @@ type options struct {
 	// to go away (issue 25).
 	HTTP2MaxStreamsPerConn int
 	TunnelIdleTimeout      time.Duration
+	RequestBuffer          int64
 
 	MaxConnsPerClient    int
 	MaxRequestsPerClient int
@@ -60,6 +61,19 @@ type options struct {
 	level    zapcore.Level
 	trusted  []netip.Prefix
 	addrSeen map[string]string
+}
+
+// maxRequestBuffer bounds --request-buffer: every request in flight may hold that much
+// of its body (in 32 KiB buffers).
+const maxRequestBuffer = 16 << 20
+
+// requestBuffer is --request-buffer as proxy.Config.RequestBuffer, whose zero means the
+// default: 0 (off) is negative there.
+func (o *options) requestBuffer() int64 {
+	if o.RequestBuffer == 0 {
+		return -1
+	}
+	return o.RequestBuffer
 }
 
 func defaultOptions() options {
@@ -82,6 +96,7 @@ func defaultOptions() options {
 		MaxConnsPerClient:     512,
 		MaxRequestsPerClient:  512,
 		MaxTunnelsPerClient:   256,
+		RequestBuffer:         64 << 10,
 		RetentionDays:         35,
 
 		HTTP2MaxStreamsPerConn: 1000,
@@ -118,6 +133,7 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "open connections one client address (IPv6: its /64) may have, TCP and QUIC together; one more is refused at accept; 0: no limit")
 	fs.IntVar(&o.MaxRequestsPerClient, "max-requests-per-client", o.MaxRequestsPerClient, "requests (HTTP/2, HTTP/3 streams) one client address may have in flight; one more gets REFUSED_STREAM (HTTP/2) or 503 with Retry-After; 0: no limit")
 	fs.IntVar(&o.MaxTunnelsPerClient, "max-tunnels-per-client", o.MaxTunnelsPerClient, "WebSocket tunnels one client address may have open; one more gets 503 with Retry-After; 0: no limit")
+	fs.Int64Var(&o.RequestBuffer, "request-buffer", o.RequestBuffer, "bytes of a request body read before a target is chosen: a body that ends within them is checked whole first (a malformed one never reaches a target), a larger one streams after them; 0 turns this off")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
@@ -201,6 +217,9 @@ func (o *options) validate() error {
 		if b.v < 0 {
 			bad("--%s must be 0 (no limit) or more, got %d", b.name, b.v)
 		}
+	}
+	if o.RequestBuffer < 0 || o.RequestBuffer > maxRequestBuffer {
+		bad("--request-buffer must be from 0 (off) to %d, got %d", maxRequestBuffer, o.RequestBuffer)
 	}
 	if o.RetentionDays < 35 || o.RetentionDays > 3660 {
 		bad("--stats-retention-days must be from 35 to 3660, got %d", o.RetentionDays)

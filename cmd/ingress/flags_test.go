@@ -17,7 +17,7 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "all set", args: []string{"--http-addr", "127.0.0.1:8080", "--https-addr", ":8443", "--admin-addr", "127.0.0.1:0",
 			"--drain-timeout", "5s", "--log-level", "debug", "--log-format", "console", "--trusted-proxies", "10.0.0.0/8, 192.168.1.1",
 			"--max-header-bytes", "8192", "--stats-retention-days", "40", "--http3=false", "--access-log", "--metrics-per-host",
-			"--client-body-timeout", "10s", "--client-send-timeout", "1m", "--http2-max-streams-per-conn", "100",
+			"--client-body-timeout", "10s", "--client-send-timeout", "1m", "--http2-max-streams-per-conn", "100", "--request-buffer", "0",
 			"--max-conns-per-client", "0", "--max-requests-per-client", "64", "--max-tunnels-per-client", "8"}},
 		{name: "bad http addr", args: []string{"--http-addr", "nonsense"}, want: []string{"--http-addr"}},
 		{name: "bad port", args: []string{"--https-addr", ":99999"}, want: []string{"--https-addr"}},
@@ -35,6 +35,8 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "client send timeout", args: []string{"--client-send-timeout", "-5s"}, want: []string{"--client-send-timeout"}},
 		{name: "client budgets", args: []string{"--max-conns-per-client", "-1", "--max-requests-per-client", "-2", "--max-tunnels-per-client", "-3"},
 			want: []string{"--max-conns-per-client", "--max-requests-per-client", "--max-tunnels-per-client"}},
+		{name: "request buffer negative", args: []string{"--request-buffer", "-1"}, want: []string{"--request-buffer"}},
+		{name: "request buffer too large", args: []string{"--request-buffer", "17000000"}, want: []string{"--request-buffer"}},
 		{name: "max header bytes", args: []string{"--max-header-bytes", "10"}, want: []string{"--max-header-bytes"}},
 		{name: "http2 streams per connection", args: []string{"--http2-max-streams-per-conn", "0"}, want: []string{"--http2-max-streams-per-conn"}},
 		{name: "retention", args: []string{"--stats-retention-days", "7"}, want: []string{"--stats-retention-days"}},
@@ -73,6 +75,19 @@ func TestFlagsValidate(t *testing.T) {
 	}
 }
 
+// TestRequestBufferFlag: --request-buffer's 0 turns holding off (a negative
+// proxy.Config.RequestBuffer, whose zero is the default), any other value goes as it is.
+func TestRequestBufferFlag(t *testing.T) {
+	for _, tc := range []struct {
+		flag, want int64
+	}{{0, -1}, {1, 1}, {64 << 10, 64 << 10}} {
+		o := options{RequestBuffer: tc.flag}
+		if got := o.requestBuffer(); got != tc.want {
+			t.Errorf("--request-buffer %d gives Config.RequestBuffer %d, want %d", tc.flag, got, tc.want)
+		}
+	}
+}
+
 func TestFlagDefaultsMatchContract(t *testing.T) {
 	o := defaultOptions()
 	if o.HTTPAddr != ":80" || o.HTTPSAddr != ":443" || o.AdminAddr != "127.0.0.1:9090" || !o.HTTP3 ||
@@ -81,7 +96,8 @@ func TestFlagDefaultsMatchContract(t *testing.T) {
 	}
 	if o.DialTimeout != 5*time.Second || o.ResponseHeaderTimeout != 60*time.Second ||
 		o.ReadHeaderTimeout != 10*time.Second || o.IdleTimeout != 120*time.Second || o.MaxHeaderBytes != 64<<10 ||
-		o.ClientBodyTimeout != 30*time.Second || o.ClientSendTimeout != 30*time.Second || o.HTTP2MaxStreamsPerConn != 1000 {
+		o.ClientBodyTimeout != 30*time.Second || o.ClientSendTimeout != 30*time.Second || o.HTTP2MaxStreamsPerConn != 1000 ||
+		o.RequestBuffer != 64<<10 {
 		t.Fatalf("data-plane defaults differ from the brief: %+v", o)
 	}
 	if o.MaxConnsPerClient != 512 || o.MaxRequestsPerClient != 512 || o.MaxTunnelsPerClient != 256 ||

@@ -222,6 +222,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		MaxConnsPerClient:     budgetFlag(o.MaxConnsPerClient),
 		MaxRequestsPerClient:  budgetFlag(o.MaxRequestsPerClient),
 		MaxTunnelsPerClient:   budgetFlag(o.MaxTunnelsPerClient),
+		RequestBuffer:         o.requestBuffer(),
 		AccessLog:             access,
 		PublicHTTPSPort:       o.PublicHTTPSPort,
 		GetCertificate:        in.acmeGetCertificate(),

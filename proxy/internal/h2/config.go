@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"time"
 )
@@ -81,6 +82,16 @@ type Config struct {
 	// OnPanic, when set, is told about a handler that panicked (its stream was reset with
 	// INTERNAL_ERROR) instead of the panic going on and ending the process.
 	OnPanic func(v any, stack []byte)
+	// ParkAfter, when positive, parks a connection that had no stream and nothing to
+	// write for this long (park.go): Serve or Resume returns ErrParked, and the
+	// connection holds no goroutine and no buffer until the caller calls Resume. Zero:
+	// connections never park.
+	ParkAfter time.Duration
+	// EncoderTableSize is the response encoder's HPACK dynamic table (default 4096, the
+	// most RFC 7541 allows without the client's leave, and the client's
+	// SETTINGS_HEADER_TABLE_SIZE lowers it further). A smaller table costs bytes on the
+	// wire and saves per-connection memory; -1 means none (0 is the default).
+	EncoderTableSize int
 	// EnableConnectProtocol advertises SETTINGS_ENABLE_CONNECT_PROTOCOL and accepts
 	// extended CONNECT (RFC 8441) requests.
 	EnableConnectProtocol bool
@@ -110,6 +121,9 @@ func (c *Config) setDefaults() {
 		c.ConnWindow = 4 << 20
 	}
 	defInt(&c.StreamBuffer, 64<<10)
+	if c.EncoderTableSize == 0 || c.EncoderTableSize > defaultEncoderTable {
+		c.EncoderTableSize = defaultEncoderTable
+	}
 	defInt(&c.WriteBufferSize, defaultWriteBuffer)
 	def(&c.PrefaceTimeout, 10*time.Second)
 	def(&c.HeaderTimeout, 10*time.Second)
@@ -132,12 +146,18 @@ const (
 	initialWindow   = 65535 // RFC 9113 §6.9.2
 	maxWindow       = 1<<31 - 1
 	defaultMaxFrame = 16384
+	// defaultEncoderTable is HPACK's initial dynamic table size (RFC 7541 §4.2).
+	defaultEncoderTable = 4096
 )
 
 // Errors a handler sees from Stream methods.
 var (
 	// ErrStreamReset: the stream was reset, by the client or by the engine.
 	ErrStreamReset = errors.New("h2: stream reset")
+	// ErrMalformedBody: the engine reset the stream with PROTOCOL_ERROR because its DATA
+	// did not add up to its content-length (a malformed request, RFC 9113 §8.1.1). It
+	// is an ErrStreamReset too (errors.Is).
+	ErrMalformedBody = fmt.Errorf("%w: its DATA differ from its content-length", ErrStreamReset)
 	// ErrConnClosed: the connection is gone.
 	ErrConnClosed = errors.New("h2: connection closed")
 	// ErrWriteStalled: the client kept the stream's window shut for WriteTimeout.

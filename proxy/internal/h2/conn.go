@@ -51,14 +51,18 @@ type Conn struct {
 	junk    bucket
 
 	// The writer's own state (writer.go).
-	bw       *bufio.Writer
-	wfr      *http2.Framer
-	henc     *hpack.Encoder
-	hbuf     bytes.Buffer
-	items    []item
-	batch    []*Stream // the streams with items in the batch being written (inBatch)
-	wdlSetAt time.Time
-	maxFrame uint32 // peerMaxFrame as of the batch being written
+	bw   *bufio.Writer
+	wfr  *http2.Framer
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
+	// encLimit is the client's SETTINGS_HEADER_TABLE_SIZE, when it sent one
+	// (encLimitSet): the bound of the encoder's table (newEncoder).
+	encLimit    uint32
+	encLimitSet bool
+	items       []item
+	batch       []*Stream // the streams with items in the batch being written (inBatch)
+	wdlSetAt    time.Time
+	maxFrame    uint32 // peerMaxFrame as of the batch being written
 
 	// Shared state, under mu.
 	mu      sync.Mutex
@@ -97,10 +101,15 @@ type Conn struct {
 	wuCredit int
 	writeErr error // why the writer failed
 
+	// Parking (park.go). parking: the writer is asked to end (under mu); parked: the
+	// connection has no goroutine of its own (under mu).
+	parking, parked bool
+
 	ctx        context.Context
 	cancel     context.CancelFunc
+	stopCtx    func() bool // stops ctx's AfterFunc (Close); none while parked
 	handlers   sync.WaitGroup
-	writerDone chan struct{}
+	writerDone chan struct{} // closed when the writer goroutine of the time ends
 }
 
 // NewConn prepares to serve nc with h. nc's first bytes must be the client preface
@@ -116,31 +125,25 @@ func NewConn(nc net.Conn, cfg Config, h Handler) *Conn {
 	c.recvWin = cfg.ConnWindow
 	c.resets = newBucket(cfg.ResetBurst, cfg.ResetRate)
 	c.junk = newBucket(cfg.JunkBurst, cfg.JunkRate)
-	c.writerDone = make(chan struct{})
 	return c
 }
 
 // Serve serves the connection until it ends (the client closes it, a protocol error,
 // a timeout, Shutdown's drain finishing, Close, or ctx being cancelled), then closes it
-// and waits for every stream handler. It returns nil for a clean end.
+// and waits for every stream handler. It returns nil for a clean end, and ErrParked
+// when the connection parked (Config.ParkAfter): see Resume.
 func (c *Conn) Serve(ctx context.Context) error {
 	c.ctx, c.cancel = context.WithCancel(ctx)
-	defer c.cancel()
-	stop := context.AfterFunc(c.ctx, c.Close)
-	defer stop()
+	c.stopCtx = context.AfterFunc(c.ctx, c.Close)
 
 	c.in.r = c.nc
-	c.br = bufio.NewReaderSize(&c.in, readBufferSize)
-	c.budget.r, c.budget.clock = c.br, &c.in
+	c.takeReader()
+	c.budget.clock = &c.in
+	c.budget.cut = c.cutFrame
 	c.budget.timeout = c.cfg.HeaderTimeout
-	// The Framer returns HEADERS and CONTINUATION frames as they are (ReadMetaHeaders
-	// nil): their blocks are decoded in headers.go, without a MetaHeadersFrame per block.
-	c.fr = http2.NewFramer(nil, &c.budget)
-	c.fr.SetMaxReadFrameSize(defaultMaxFrame)
 	c.hdec = hpack.NewDecoder(4096, c.emitField)
 	c.hdec.SetMaxStringLength(int(c.cfg.MaxHeaderBytes))
-	c.wfr = http2.NewFramer(connWriter{c}, nil)
-	c.henc = hpack.NewEncoder(&c.hbuf)
+	c.henc = c.newEncoder(false)
 
 	// Our SETTINGS and the connection window go first, before the client's preface is
 	// even read (RFC 9113 §3.4 allows it).
@@ -150,11 +153,33 @@ func (c *Conn) Serve(ctx context.Context) error {
 	if d := c.cfg.ConnWindow - initialWindow; d > 0 {
 		c.ctrl = append(c.ctrl, item{kind: itWindow, val: uint32(d)})
 	}
+	c.startWriter()
 	c.mu.Unlock()
-	go c.writeLoop()
 
-	err := c.readLoop()
+	return c.run(c.readPreface())
+}
 
+// run carries on after a read loop returned err: it parks the connection when the loop
+// asked to (errPark) and it is still quiet, else it reads on; any other err ends the
+// connection (end).
+func (c *Conn) run(err error) error {
+	for err == errPark {
+		if err = c.parkConn(); err == nil {
+			return ErrParked
+		}
+		if err == errPark { // not quiet any more: read on
+			err = c.readFrames()
+		}
+	}
+	return c.end(err)
+}
+
+// end ends the connection after its read loop returned err: the writer writes what is
+// queued (a GOAWAY), a draining connection's late bytes are read and dropped for a
+// moment, then the socket closes and the handlers are waited for.
+func (c *Conn) end(err error) error {
+	defer c.cancel()
+	defer c.stopCtx()
 	c.mu.Lock()
 	c.closing = true
 	c.wake.Signal()
@@ -174,6 +199,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.Close()
 	<-c.writerDone
 	c.handlers.Wait()
+	c.giveReader()
 	c.mu.Lock()
 	if c.abortTimer != nil {
 		c.abortTimer.Stop()
@@ -290,8 +316,9 @@ const reasonHeaderBlockOverLimit = "header block over the limit (CONTINUATION fl
 // the socket, before it lets other goroutines run.
 const yieldEvery = 64
 
-// readLoop reads and handles frames until the connection ends; it returns why.
-func (c *Conn) readLoop() error {
+// readPreface reads the client preface and its SETTINGS, then frames (readFrames); it
+// returns why it stopped.
+func (c *Conn) readPreface() error {
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.cfg.PrefaceTimeout))
 	var pre [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(c.br, pre[:]); err != nil {
@@ -317,6 +344,12 @@ func (c *Conn) readLoop() error {
 	if err != nil {
 		return c.fail(err)
 	}
+	return c.readFrames()
+}
+
+// readFrames reads and handles frames until the connection ends or parks (errPark); it
+// returns why.
+func (c *Conn) readFrames() error {
 	// A header block may take MaxHeaderBytes and, empty CONTINUATION frames aside,
 	// headerFragment refuses fragments more than twice what is left of the list. The
 	// budget is the whole block's, its frames read one ReadFrame call each.
@@ -434,8 +467,11 @@ func (c *Conn) readTimeout() error {
 		}
 		c.pingOut = false
 		c.dropReuse() // quiet: no parked workers or free streams kept
+		if c.cfg.ParkAfter > 0 && now.Sub(c.lastIdle) >= c.cfg.ParkAfter && c.quiet() {
+			return errPark // park.go
+		}
 		c.dlSetAt, c.dlIdle = now, true
-		_ = c.nc.SetReadDeadline(c.lastIdle.Add(c.cfg.IdleTimeout))
+		_ = c.nc.SetReadDeadline(c.idleDeadline(now))
 		return nil
 	}
 	if c.pingOut {
@@ -464,7 +500,7 @@ func (c *Conn) armRead(now time.Time) {
 	c.dlSetAt, c.dlIdle = now, idle
 	d := c.cfg.ReadIdleTimeout
 	if idle {
-		d = min(d, c.cfg.IdleTimeout-now.Sub(c.lastIdle))
+		d = min(d, c.idleDeadline(now).Sub(now))
 		if c.hasReuse() {
 			d = min(d, reuseIdle)
 		}

@@ -20,6 +20,15 @@
 // only when nothing more is queued, so a small response's HEADERS and DATA(END_STREAM)
 // leave in one write and, under load, several responses share one.
 //
+// # Idle connections
+//
+// A connection without streams and with nothing to write for Config.ParkAfter parks
+// (park.go): its writer goroutine ends, its buffers go back to pools or are dropped,
+// and Serve returns ErrParked, so that the caller can wait for the socket without a
+// goroutine and call Resume when it is readable. The connection's state (settings,
+// windows, budgets, the request decoder's HPACK table) stays; the response encoder
+// starts afresh and tells the client so.
+//
 // # Limits
 //
 // Everything a client can make the connection hold is bounded (config.go): streams

@@ -163,7 +163,7 @@ func (c *Conn) onTrailers(st *Stream, b *headerBlock) error {
 // endRemote records the end of the request body.
 func (c *Conn) endRemote(st *Stream) error {
 	if cl := st.req.ContentLength; cl >= 0 && st.inTotal != cl {
-		return c.streamError(st, http2.ErrCodeProtocol)
+		return c.streamErrorFor(st, http2.ErrCodeProtocol, ErrMalformedBody)
 	}
 	st.remoteDone = true
 	st.signal()
@@ -224,7 +224,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	}
 	st.inTotal += int64(len(data))
 	if cl := st.req.ContentLength; cl >= 0 && st.inTotal > cl {
-		return c.streamError(st, http2.ErrCodeProtocol)
+		return c.streamErrorFor(st, http2.ErrCodeProtocol, ErrMalformedBody)
 	}
 	if len(data) > 0 {
 		st.in = append(st.in, data...)
@@ -364,8 +364,13 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 // still works are charged: a client must not be able to make us reset streams for
 // free while their work goes on (CVE-2025-8671).
 func (c *Conn) streamError(st *Stream, code http2.ErrCode) error {
+	return c.streamErrorFor(st, code, ErrStreamReset)
+}
+
+// streamErrorFor is streamError whose Read and Write return err.
+func (c *Conn) streamErrorFor(st *Stream, code http2.ErrCode, err error) error {
 	charge := !st.handlerDone
-	if err := c.resetStream(st, code, ErrStreamReset); err != nil {
+	if err := c.resetStream(st, code, err); err != nil {
 		return err
 	}
 	if charge {
@@ -425,7 +430,11 @@ func (c *Conn) releaseSlot() {
 		// timeout starts now.
 		c.dlSetAt, c.dlIdle = now, true
 		// Its free streams and parked workers (the last stream's worker parks right
-		// after this) go after reuseIdle.
-		_ = c.nc.SetReadDeadline(now.Add(min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)))
+		// after this) go after reuseIdle, or when it parks (park.go).
+		d := min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)
+		if c.cfg.ParkAfter > 0 {
+			d = min(d, c.cfg.ParkAfter)
+		}
+		_ = c.nc.SetReadDeadline(now.Add(d))
 	}
 }

@@ -3,6 +3,7 @@ package h2
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -22,6 +23,7 @@ type testServer struct {
 	addr   string
 	tls    *tls.Config // client side, nil for h2c
 	conns  atomic.Int64
+	parks  atomic.Int64 // Serve or Resume returned ErrParked
 	mu     sync.Mutex
 	active map[*Conn]struct{}
 	served chan error // each connection's Serve result
@@ -82,6 +84,12 @@ func startServerWrapped(t testing.TB, cfg Config, h Handler, useTLS bool, wrap f
 				ts.mu.Unlock()
 				ts.conns.Add(1)
 				err := c.Serve(ctx)
+				for errors.Is(err, ErrParked) {
+					// Config.ParkAfter: a caller without a parker resumes at once
+					// (the read loop then waits for the next frame, or parks again).
+					ts.parks.Add(1)
+					err = c.Resume()
+				}
 				ts.mu.Lock()
 				delete(ts.active, c)
 				ts.mu.Unlock()

@@ -3,6 +3,7 @@ package h2
 import (
 	"errors"
 	"io"
+	"os"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -70,6 +71,11 @@ type budgetReader struct {
 	// inBlock: the frame continues a header block begun by an earlier call; started is
 	// that block's and the frame is timed from the first byte.
 	inBlock bool
+	// cut, when set, is asked when a read deadline expired inside a frame (the Framer
+	// would lose its place): true when that deadline was only the idle connection's
+	// wake-up to park or to drop its reusable streams, now moved on (Conn.cutFrame),
+	// and the read is tried again.
+	cut func() bool
 }
 
 func (b *budgetReader) Read(p []byte) (int, error) {
@@ -83,6 +89,9 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 		p = p[:b.left]
 	}
 	n, err := b.r.Read(p)
+	for n == 0 && b.n > 0 && err != nil && b.cut != nil && errors.Is(err, os.ErrDeadlineExceeded) && b.cut() {
+		n, err = b.r.Read(p)
+	}
 	if b.n == 0 && n > 0 && !b.inBlock {
 		b.started = b.clock.last
 	}

@@ -155,7 +155,9 @@ func (c *Conn) writeLoop() {
 				putWriter(c.bw)
 				c.bw = nil
 			}
-			if c.closing {
+			if c.closing || c.parking && c.bw == nil {
+				// Ending, or the quiet connection parks (park.go): a writer is
+				// started again when there is something to write.
 				if c.bw != nil {
 					putWriter(c.bw) // flushed above
 					c.bw = nil
@@ -348,6 +350,7 @@ func (c *Conn) writeItem(it *item) error {
 		return fr.WriteSettings(s...)
 	case itSettingsAck:
 		if it.hasTable {
+			c.encLimit, c.encLimitSet = it.tableSize, true
 			c.henc.SetMaxDynamicTableSizeLimit(it.tableSize)
 		}
 		return fr.WriteSettingsAck()

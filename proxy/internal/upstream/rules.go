@@ -43,10 +43,12 @@ func (l *Limits) Interim(status, n int, upgrade bool) (interim bool, err error) 
 }
 
 // Replayable reports whether a request may be sent again after a reused connection died
-// under it, by itself (http.Transport's rule): no body, and an idempotent method or an
-// idempotency key (keyed: the request has Idempotency-Key or X-Idempotency-Key).
-func Replayable(method string, hasBody, keyed bool) bool {
-	if hasBody {
+// under it, by itself (http.Transport's rule): no body that is gone (streamed: a body
+// held whole in memory can be sent again, as http.Transport's with GetBody), and an
+// idempotent method or an idempotency key (keyed: the request has Idempotency-Key or
+// X-Idempotency-Key).
+func Replayable(method string, streamedBody, keyed bool) bool {
+	if streamedBody {
 		return false
 	}
 	switch method {
