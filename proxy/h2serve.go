@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -67,15 +68,16 @@ func (set *h2Set) shutdown() {
 // client already holds; the engine's own verdicts end their connection themselves.
 func (s *Server) endH2ForAbuse(c *h2.Conn) { c.Abort() }
 
-// endH2ForAbuseFrom ends every HTTP/2 connection of client address a for abuse
-// (endH2ForAbuse) and returns how many it ended. It walks all the connections, under the
-// set's lock only to collect them: for a penalty, not for a request path.
+// endH2ForAbuseFrom ends every HTTP/2 connection of the clients a penalty of address a
+// covers (a itself, or for IPv6 its /64: penalty.Key) for abuse (endH2ForAbuse) and
+// returns how many it ended. It walks all the connections, under the set's lock only to
+// collect them: for a penalty, not for a request path.
 func (s *Server) endH2ForAbuseFrom(a netip.Addr) int {
-	a = a.Unmap()
+	k := penalty.Key(a)
 	var held []*h2.Conn
 	s.h2.mu.Lock()
 	for c, client := range s.h2.m {
-		if client == a {
+		if penalty.Key(client) == k {
 			held = append(held, c)
 		}
 	}
@@ -137,9 +139,19 @@ func (c *h1Conn) serveH2() {
 		c.pr = parkRec{state: &c.state, awake: h1Active}
 	}
 	conn := h2.NewConn(cc, cfg, f)
-	s.h2.add(conn, remoteAddr(cc))
+	client := remoteAddr(cc)
+	s.h2.add(conn, client)
 	c.h2c = conn
 	cc.h2.Store(conn) // an abuse verdict ends it through the engine (clientConn.End)
+	// A penalty that started after this connection was accepted (during its TLS
+	// handshake, or before its preface came) ended the address's HTTP/2 connections
+	// before this one was in the set: it is ended here. Checked after add, so that a
+	// verdict is either seen here or finds the connection in the set.
+	if !f.trusted && client.IsValid() {
+		if hit, _ := s.penalties.Penalized(client); hit {
+			s.endH2ForAbuse(conn)
+		}
+	}
 	c.h2Ran(conn.Serve(context.Background()))
 }
 

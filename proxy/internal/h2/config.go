@@ -56,7 +56,9 @@ type Config struct {
 	// A reset the client sends costs one token whenever it arrives: while the stream's
 	// handler works, after it returned, or after the stream closed (lateframes.go). So
 	// does the first frame that arrives on a stream after the engine reset it (request
-	// trailers or body in flight, ignored as RFC 9113 §5.1 says). A browser sends at
+	// trailers or body in flight, ignored as RFC 9113 §5.1 says), and a request above
+	// the last stream id of a GOAWAY the engine sent (ignored, RFC 9113 §6.8; a request
+	// head over MaxHeaderBytes costs oversizeHeadResets wherever it goes). A browser sends at
 	// most one such frame per stream, when a cancel crosses the answer, and never has
 	// more than MaxConcurrentStreams streams to cancel at once: the default burst is
 	// every stream cancelled twice in a row, the rate far above any page's cancels.

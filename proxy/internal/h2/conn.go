@@ -146,13 +146,16 @@ func (c *Conn) Serve(ctx context.Context) error {
 	c.henc = c.newEncoder(false)
 
 	// Our SETTINGS and the connection window go first, before the client's preface is
-	// even read (RFC 9113 §3.4 allows it).
+	// even read (RFC 9113 §3.4 allows it), and before a GOAWAY that Shutdown or Abort,
+	// called before Serve, queued already: SETTINGS must be the first frame we send.
 	c.mu.Lock()
 	c.lastIdle = time.Now()
-	c.ctrl = append(c.ctrl, item{kind: itSettings})
+	early := c.ctrl
+	c.ctrl = append(make([]item, 0, len(early)+2), item{kind: itSettings})
 	if d := c.cfg.ConnWindow - initialWindow; d > 0 {
 		c.ctrl = append(c.ctrl, item{kind: itWindow, val: uint32(d)})
 	}
+	c.ctrl = append(c.ctrl, early...)
 	c.startWriter()
 	c.mu.Unlock()
 
@@ -319,6 +322,12 @@ const yieldEvery = 64
 // readPreface reads the client preface and its SETTINGS, then frames (readFrames); it
 // returns why it stopped.
 func (c *Conn) readPreface() error {
+	c.mu.Lock()
+	aborted := c.aborted
+	c.mu.Unlock()
+	if aborted {
+		return errAborted // Abort before Serve: nothing the client sends is handled
+	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.cfg.PrefaceTimeout))
 	var pre [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(c.br, pre[:]); err != nil {
@@ -340,6 +349,9 @@ func (c *Conn) readPreface() error {
 	err = c.onSettings(sf)
 	c.dlSetAt = time.Time{}
 	c.armRead(time.Now())
+	// A Shutdown before Serve set a deadline that the preface's replaced: a drained
+	// connection ends now, not at its idle timeout.
+	c.checkDrained()
 	c.mu.Unlock()
 	if err != nil {
 		return c.fail(err)

@@ -73,16 +73,17 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		// Trailers (or anything) in flight when we reset the stream, or on a stream
 		// above our GOAWAY's last id, are ignored (lateframes.go); the block was
 		// decoded all the same, the HPACK table is in step.
-		if ignored, err := c.ignoreLate(id); ignored {
-			return err
+		if ignored, err := c.ignoreLate(id, true); ignored {
+			return c.chargeHead(b, err)
 		}
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
 	}
 	c.maxSeen = id
 	if c.goingAway {
-		// Above the GOAWAY's last stream id: ignored, and charged as a frame that does
-		// no work (the block was decoded).
-		return c.spendJunk()
+		// Above the GOAWAY's last stream id: ignored, which is refusing it silently,
+		// and charged as a refused stream (the block was decoded), an oversized one as
+		// a 431 would be.
+		return c.chargeHead(b, c.spendReset())
 	}
 	if c.opened++; c.opened >= c.cfg.MaxStreams {
 		// The connection's last stream: served, and announced as the last one
@@ -91,10 +92,10 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 		c.goAwayLocked(http2.ErrCodeNo)
 	}
 	if b.selfDep {
-		return c.refuse(id, http2.ErrCodeProtocol)
+		return c.chargeHead(b, c.refuse(id, http2.ErrCodeProtocol))
 	}
 	if c.slots >= int(c.cfg.MaxConcurrentStreams) {
-		return c.refuse(id, http2.ErrCodeRefusedStream)
+		return c.chargeHead(b, c.refuse(id, http2.ErrCodeRefusedStream))
 	}
 	h := c.h
 	if b.truncated {
@@ -129,6 +130,18 @@ func (c *Conn) onHeaders(b *headerBlock) error {
 	st.recvWin = c.cfg.StreamWindow
 	c.startStream(st)
 	return nil
+}
+
+// chargeHead adds to what refusing or ignoring the head of block b cost (err, the
+// verdict of that charge) the price of an oversized head (oversizeHeadResets), which is
+// its price when it is answered 431: the block was decoded all the same, and an HPACK
+// bomb must not become cheaper when the engine refuses it (MaxConcurrentStreams at work)
+// or ignores it (above a GOAWAY's last stream id, on a stream the engine reset).
+func (c *Conn) chargeHead(b *headerBlock, err error) error {
+	if err != nil || !b.truncated {
+		return err
+	}
+	return c.spendResets(oversizeHeadResets)
 }
 
 // oversizeHeadResets is what a request head over MaxHeaderBytes costs of the reset
@@ -187,7 +200,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		}
 		if st == nil {
 			// A body in flight when we reset the stream is ignored (lateframes.go).
-			if ignored, err := c.ignoreLate(id); ignored {
+			if ignored, err := c.ignoreLate(id, false); ignored {
 				return err
 			}
 			// On a stream the client ended, or one closed long ago: a stream error,
@@ -345,7 +358,7 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 			return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
 		}
 		// A reset of a stream that is over: ignored, and charged (lateframes.go).
-		if ignored, err := c.ignoreLate(f.StreamID); ignored {
+		if ignored, err := c.ignoreLate(f.StreamID, false); ignored {
 			return err
 		}
 		return c.spendReset()

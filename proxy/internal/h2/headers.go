@@ -277,12 +277,13 @@ func (c *Conn) headerStreamError(id uint32, code http2.ErrCode) error {
 	}
 	if id%2 == 1 && id > c.maxSeen {
 		if c.goingAway {
-			// Above the GOAWAY's last stream id: ignored, as a valid one would be.
+			// Above the GOAWAY's last stream id: ignored, as a valid one would be, and
+			// charged as one (onHeaders).
 			c.maxSeen = id
-			return c.spendJunk()
+			return c.spendReset()
 		}
 		c.maxSeen = id
-	} else if ignored, err := c.ignoreLate(id); ignored {
+	} else if ignored, err := c.ignoreLate(id, true); ignored {
 		return err // a bad block on a stream we reset: ignored as well
 	}
 	return c.refuse(id, code)

@@ -15,7 +15,12 @@ package h2
 //
 // Ignoring is not free for the client: the first frame ignored on a stream costs a reset
 // token (Config.ResetBurst), any further one a junk token (Config.JunkBurst: a body in
-// flight when its stream was reset is one DATA frame per 16 KiB, and each is charged).
+// flight when its stream was reset is one DATA frame per 16 KiB, and each is charged),
+// except a header block, which costs a reset token every time (there is one, the
+// trailers, on a stream at most).
+// A request above the last stream id of a GOAWAY we sent is ignored too, and costs a
+// reset token, as a stream refused for concurrency does (onHeaders): a browser has a
+// few in flight when the GOAWAY arrives, a client that goes on sending them is a flood.
 // A RST_STREAM from the client on a stream whose handler already returned, or that is
 // already closed, costs a reset token too (onReset), exactly as one that arrives while
 // the handler works: a flood of HEADERS, each followed by RST_STREAM once its answer
@@ -56,18 +61,23 @@ func (c *Conn) wasReset(id uint32) (i int, ok bool) {
 
 // ignoreLate reports whether a frame on the closed stream id is to be ignored: the
 // stream is above the last stream id of a GOAWAY we sent (RFC 9113 §6.8), or one the
-// engine reset recently (RFC 9113 §5.1). err is the charge's verdict: a stream above
-// the GOAWAY's id costs a junk token per frame, a reset one a reset token for its first
-// ignored frame and a junk token for each later one.
-func (c *Conn) ignoreLate(id uint32) (ignored bool, err error) {
+// engine reset recently (RFC 9113 §5.1). err is the charge's verdict. A header block
+// (head) costs a reset token every time: a stream has one late block at most (its
+// trailers, which end it), and each was decoded. Any other frame costs a junk token on
+// a stream above the GOAWAY's id; on a reset one, a reset token for the first frame
+// ignored and a junk token for each later one (a body in flight is many DATA frames).
+func (c *Conn) ignoreLate(id uint32, head bool) (ignored bool, err error) {
 	if c.goingAway && id > c.goawayID {
+		if head {
+			return true, c.spendReset()
+		}
 		return true, c.spendJunk()
 	}
 	i, ok := c.wasReset(id)
 	if !ok {
 		return false, nil
 	}
-	if c.resetIDs[i]&chargedBit != 0 {
+	if c.resetIDs[i]&chargedBit != 0 && !head {
 		return true, c.spendJunk()
 	}
 	c.resetIDs[i] |= chargedBit

@@ -103,6 +103,10 @@ func New(size int, pol Policy, now func() int64) *Table {
 // Size is the number of slots: the most addresses the table holds at once.
 func (t *Table) Size() int { return len(t.slots) }
 
+// Key is what address a is penalised under (key): two addresses with the same Key share
+// a penalty, so whatever acts on a penalised address's connections matches by it.
+func Key(a netip.Addr) netip.Addr { return key(a) }
+
 // key is what an address is penalised under: IPv4 (also IPv4-mapped IPv6) whole, IPv6
 // by its /64, without zone.
 func key(a netip.Addr) netip.Addr {

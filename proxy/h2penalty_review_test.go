@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/serve-zone/ingress/proxy/internal/h2"
+)
+
+// TestH2PenaltyEndsHeldConns (issue 25, finding 1): when one HTTP/2 connection's flood
+// gets its address penalised, the address's other HTTP/2 connections, opened before the
+// verdict, are ended too (GOAWAY ENHANCE_YOUR_CALM, then closed): pre-opened
+// connections must not keep flooding while the penalty only refuses new ones.
+func TestH2PenaltyEndsHeldConns(t *testing.T) {
+	e := newEnv(t)
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
+	held := dialH2RawPeer(t, e.http)
+	// One answered request: the held connection is in the server's set.
+	if err := held.get(1, "app.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := held.next()
+		if err != nil {
+			t.Fatalf("the held connection's request: %v", err)
+		}
+		if f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream) {
+			break
+		}
+	}
+	// The flood on another connection of the same address: requests reset once answered.
+	p := dialH2RawPeer(t, e.http)
+	var code http2.ErrCode = 0xff
+flood:
+	for id := uint32(1); id < 1800; id += 2 {
+		if p.get(id, "app.example.test") != nil {
+			break
+		}
+		for {
+			f, err := p.next()
+			if err != nil {
+				break flood
+			}
+			if g, ok := f.(*http2.GoAwayFrame); ok {
+				code = g.ErrCode
+				break flood
+			}
+			if f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) {
+				break
+			}
+		}
+		if p.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+			break
+		}
+	}
+	if code != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("the flood: GOAWAY %v, want ENHANCE_YOUR_CALM", code)
+	}
+	// The held connection is ended for the verdict (next fails the test after 10 s).
+	for {
+		f, err := held.next()
+		if err != nil {
+			t.Fatalf("the held connection closed without GOAWAY ENHANCE_YOUR_CALM: %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm || g.LastStreamID != 1 {
+				t.Fatalf("the held connection: GOAWAY %v last %d, want ENHANCE_YOUR_CALM last 1", g.ErrCode, g.LastStreamID)
+			}
+			break
+		}
+	}
+	for {
+		if _, err := held.next(); err != nil {
+			break // closed
+		}
+	}
+}
+
+// TestH2PenaltyReachesLateConn: a connection accepted before its address was penalised,
+// which sends its HTTP/2 preface only after the verdict (it was in its TLS handshake,
+// or slow), is ended as soon as it is an HTTP/2 connection (GOAWAY ENHANCE_YOUR_CALM,
+// its request not served): endH2ForAbuseFrom ran before it was in the server's set.
+func TestH2PenaltyReachesLateConn(t *testing.T) {
+	var served atomic.Int64
+	e := newEnv(t)
+	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+	}))}}})
+	c := dialRaw(t, e.http)
+	// Accepted (a request on another connection afterwards proves the listener got to
+	// it: connections are accepted in order).
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + e.http + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, started := e.srv.penalties.Strike(netip.MustParseAddr("127.0.0.1")); !started {
+		t.Fatal("no penalty started")
+	}
+	p := &h2RawPeer{t: t, c: c, fr: http2.NewFramer(c, c)}
+	p.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	p.henc = hpack.NewEncoder(&p.hbuf)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.get(1, "app.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := p.next()
+		if err != nil {
+			t.Fatalf("closed without GOAWAY ENHANCE_YOUR_CALM: %v", err)
+		}
+		if _, ok := f.(*http2.MetaHeadersFrame); ok {
+			t.Fatal("the penalised address's request was answered")
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			break
+		}
+	}
+	if n := served.Load(); n != 0 {
+		t.Fatalf("the target saw %d requests of the penalised connection", n)
+	}
+}
+
+// TestH2EndForAbuseFromPenaltyKey: endH2ForAbuseFrom ends the connections of every
+// address the penalty covers, which is an IPv6 address's whole /64 (penalty.Key): an
+// IPv6 client rotating its source address within its /64 must not keep pre-opened
+// connections through a penalty of the address that got the verdict.
+func TestH2EndForAbuseFromPenaltyKey(t *testing.T) {
+	e := newEnv(t)
+	var conns []*h2.Conn
+	add := func(addr string) {
+		srv, client := net.Pipe()
+		t.Cleanup(func() { srv.Close(); client.Close() })
+		c := h2.NewConn(srv, h2.Config{}, h2.HandlerFunc(func(*h2.Stream) {}))
+		conns = append(conns, c)
+		e.srv.h2.add(c, netip.MustParseAddr(addr))
+	}
+	add("2001:db8::1")
+	add("2001:db8::2:3")    // same /64
+	add("2001:db8:0:1::1")  // another /64
+	add("::ffff:192.0.2.1") // IPv4-mapped
+	add("192.0.2.2")        // another IPv4 address
+	t.Cleanup(func() {
+		for _, c := range conns {
+			e.srv.h2.remove(c)
+		}
+	})
+	if n := e.srv.endH2ForAbuseFrom(netip.MustParseAddr("2001:db8::1")); n != 2 {
+		t.Fatalf("a penalty of 2001:db8::1 ended %d connections, want the 2 of its /64", n)
+	}
+	if n := e.srv.endH2ForAbuseFrom(netip.MustParseAddr("192.0.2.1")); n != 1 {
+		t.Fatalf("a penalty of 192.0.2.1 ended %d connections, want 1", n)
+	}
+}
