@@ -151,15 +151,13 @@ func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 //     closes the descriptor, which a goroutine inside RawConn.Read may hold
 //     (h1Conn.closeConn).
 func (c *clientConn) End() {
-	pk := c.s.parker // set before anything is accepted; nil where nothing parks
-	h := c.h1.Load()
-	if pk != nil && h != nil && pk.claim(h) {
+	if h := c.h1.Load(); h != nil && h.claimParked() {
 		h.endAbusive()
 		return
 	}
 	if hc := c.h2.Load(); hc != nil {
 		c.s.endH2ForAbuse(hc)
-		if pk != nil && h != nil && pk.claim(h) {
+		if h := c.h1.Load(); h != nil && h.claimParked() {
 			h.endParked(true) // parked just before the abort: the engine ends it
 		}
 		return
@@ -179,6 +177,14 @@ func (c *clientConn) End() {
 		return
 	}
 	_ = nc.Close()
+}
+
+// claimParked claims c from the parker when it is parked (then it is the caller's to
+// end). Only a parked connection is asked: one that never parked has no parker record
+// (parkRec), and its record is its own goroutine's until it parks.
+func (c *h1Conn) claimParked() bool {
+	pk := c.s.parker // set before anything is accepted; nil where nothing parks
+	return pk != nil && c.state.Load() == h1Parked && pk.claim(c)
 }
 
 // endAbusive ends c, claimed from the parker, for abuse: an HTTP/2 connection is aborted
