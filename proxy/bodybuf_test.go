@@ -611,7 +611,8 @@ func TestHeldBodyHeaderTimeoutStartsAfterBody(t *testing.T) {
 func TestHeldBodyCostsNoAllocation(t *testing.T) {
 	var got [2]float64
 	for i, rb := range []int64{-1, 0} {
-		e := newEnv(t, withRequestBuffer(rb))
+		// Thousands of streams on one connection: past HTTP2MaxStreamsPerConn's default.
+		e := newEnv(t, withRequestBuffer(rb), func(c *Config) { c.HTTP2MaxStreamsPerConn = 1 << 30 })
 		tg := rawServer(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
 			for {

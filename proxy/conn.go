@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/serve-zone/ingress/internal/rawnet"
+	"github.com/serve-zone/ingress/proxy/internal/clients"
+	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -20,13 +22,19 @@ type plainListener struct {
 }
 
 // Accept skips connections from penalised client addresses (penalize.go: they are
-// held in the tarpit).
+// held in the tarpit) and those over their address's connection budget (budgets.go:
+// reset).
 func (l *plainListener) Accept() (net.Conn, error) {
-	c, err := l.s.acceptUnpenalized(l.Listener)
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.s.acceptUnpenalized(l.Listener)
+		if err != nil {
+			return nil, err
+		}
+		cc := &clientConn{Conn: rawnet.Wrap(c), s: l.s}
+		if l.s.admitConn(cc, c, remoteAddr(c)) {
+			return cc, nil
+		}
 	}
-	return &clientConn{Conn: rawnet.Wrap(c), s: l.s}, nil
 }
 
 // acceptUnpenalized accepts l's next connection whose client address is not penalised
@@ -49,14 +57,20 @@ type tlsListener struct {
 }
 
 // Accept skips connections from penalised client addresses before their handshake
-// (penalize.go: they are held in the tarpit).
+// (penalize.go: they are held in the tarpit), and those over their address's
+// connection budget (budgets.go: reset).
 func (l *tlsListener) Accept() (net.Conn, error) {
-	c, err := l.s.acceptUnpenalized(l.Listener)
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.s.acceptUnpenalized(l.Listener)
+		if err != nil {
+			return nil, err
+		}
+		tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
+		cc := &clientConn{Conn: tc, tc: tc, s: l.s}
+		if l.s.admitConn(cc, c, remoteAddr(c)) {
+			return cc, nil
+		}
 	}
-	tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
-	return &clientConn{Conn: tc, tc: tc, s: l.s}, nil
 }
 
 // clientConn is one client connection with its byte counters and the per-connection state
@@ -75,6 +89,13 @@ type clientConn struct {
 	proto           atomic.Uint32 // stats.Proto the connection is counted under in Totals.Conn
 	connAttribution               // counted once under a hostname
 	hijacked        atomic.Bool
+	// hold is the connection's place in its client address's budgets (budgets.go),
+	// given back by Close; zero for a trusted proxy's.
+	hold clients.Hold
+	// h2 is the own HTTP/2 engine's connection while it serves this one (serveH2), and
+	// h1 the fast path's record of it (acceptLoop), for End.
+	h2 atomic.Pointer[h2.Conn]
+	h1 atomic.Pointer[h1Conn]
 
 	// sni and cert are the TLS connection's server name and the certificate it was
 	// handshaken with (set by handshake, read after it): a request for a host cert does

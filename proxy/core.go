@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/serve-zone/ingress/proxy/internal/clients"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -39,6 +40,23 @@ type verdict struct {
 	kind  verdictKind
 	o     outcome           // answerFixed's outcome
 	entry *routetable.Entry // the route, when the host matched one
+	// held is the budget the request was admitted under (budgets.go): a request in
+	// flight, or a tunnel when tunnel; nil when it was refused. The front-end ends it
+	// with done when the request (or tunnel) is over.
+	held   *clients.Hold
+	tunnel bool
+}
+
+// done gives back what the verdict's admission took of its address's budget; the
+// front-end calls it once, when the request or tunnel is over.
+func (v *verdict) done() {
+	switch {
+	case v.held == nil:
+	case v.tunnel:
+		v.held.EndTunnel()
+	default:
+		v.held.EndRequest()
+	}
 }
 
 // request is what decide needs to know of a request, whatever its wire.
@@ -69,12 +87,29 @@ func (r *request) attribute(s *Server, h *stats.Host) {
 	reqSide{s, r.hr}.attribute(h)
 }
 
-// decide is the one decision on a request, in this order: 503 without a table, 421 for
-// a host the connection's certificate does not cover, 404 for a host no route names,
-// 308 to HTTPS on plain HTTP when the route asks for it, 405 for a CONNECT that is no
-// WebSocket, then a tunnel or a forward. The connection is counted under the route it
-// reaches (contract §5), and an unknown host in the totals.
+// decide is the one decision on a request, in this order: admission under the client
+// address's budget (503 with Retry-After: 1 for a request or tunnel over it, before
+// anything else: budgets.go), 503 without a table, 421 for a host the connection's
+// certificate does not cover, 404 for a host no route names, 308 to HTTPS on plain HTTP
+// when the route asks for it, 405 for a CONNECT that is no WebSocket, then a tunnel or
+// a forward. The connection is counted under the route it reaches (contract §5), and an
+// unknown host in the totals. The front-end calls the verdict's done when the request is
+// over.
 func (s *Server) decide(r *request) verdict {
+	h := s.holdOf(r)
+	if !s.admit(h, r.websocket) {
+		if r.websocket {
+			return verdict{o: outcomeTunnelBudget}
+		}
+		return verdict{o: outcomeRequestBudget}
+	}
+	v := s.verdictFor(r)
+	v.held, v.tunnel = h, r.websocket
+	return v
+}
+
+// verdictFor is decide's verdict on an admitted request.
+func (s *Server) verdictFor(r *request) verdict {
 	t := s.tables.Load()
 	if t == nil {
 		return verdict{o: outcomeNoTable}

@@ -39,6 +39,9 @@ const (
 	outcomeBadRequest                      // a malformed or ambiguous request head: 400, then the connection closes
 	outcomeMisdirected                     // TLS: the connection's certificate does not cover the request's host: 421
 	outcomeExpectation                     // an Expect other than 100-continue: 417 (RFC 9110 §10.1.1), as net/http answers it
+	outcomeRequestBudget                   // the client's address has its budget of requests in flight (budgets.go): 503 with Retry-After: 1 (HTTP/2: REFUSED_STREAM)
+	outcomeTunnelBudget                    // the client's address has its budget of open tunnels: 503 with Retry-After: 1
+	numOutcomes
 )
 
 // status returns the HTTP status answered for o (0 for outcomes that answer nothing).
@@ -56,7 +59,7 @@ func (o outcome) status() int {
 		return http.StatusExpectationFailed
 	case outcomeBodyTimeout:
 		return http.StatusRequestTimeout
-	case outcomeNoTable, outcomeUnavailable:
+	case outcomeNoTable, outcomeUnavailable, outcomeRequestBudget, outcomeTunnelBudget:
 		return http.StatusServiceUnavailable
 	case outcomeUnknownHost:
 		return http.StatusNotFound
@@ -199,7 +202,7 @@ type fixedField struct {
 }
 
 // fixedAnswers holds the answer of every outcome that has one.
-var fixedAnswers = func() (t [outcomeExpectation + 1]*fixedAnswer) {
+var fixedAnswers = func() (t [numOutcomes]*fixedAnswer) {
 	for o := range t {
 		code := outcome(o).status()
 		if code == 0 {
@@ -217,6 +220,9 @@ var fixedAnswers = func() (t [outcomeExpectation + 1]*fixedAnswer) {
 		switch outcome(o) {
 		case outcomeNoTable, outcomeUnavailable:
 			fa.fields = append(fa.fields, field("Retry-After", "5"))
+		case outcomeRequestBudget, outcomeTunnelBudget:
+			// The client's own requests or tunnels end soon: try again in a second.
+			fa.fields = append(fa.fields, field("Retry-After", "1"))
 		case outcomeMethodNotAllowed:
 			fa.fields = append(fa.fields, field("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"))
 		}

@@ -57,6 +57,9 @@ func h1HotPathAllocs(t *testing.T, secure bool) {
 		do()
 	}
 	allocs := testing.AllocsPerRun(2000, do)
+	if u := e.srv.clients.Usage(addrA); u.Conns != 1 {
+		t.Fatalf("the client's address holds %d connections, want 1: the measured path must count budgets (budgets.go)", u.Conns)
+	}
 	if failed != nil {
 		t.Fatal(failed)
 	}

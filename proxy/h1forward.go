@@ -39,6 +39,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	c.backend, c.err = nil, nil
 	host := unsafe.String(unsafe.SliceData(req.Host), len(req.Host))
 	v := s.decide(&request{host: host, secure: c.secure, cc: c.cc}) // upgrades and CONNECT were handed off
+	defer v.done()
 	e = v.entry
 	switch v.kind {
 	case answerFixed:

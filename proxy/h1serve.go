@@ -267,6 +267,7 @@ func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
 		delay = 0
 		cc := nc.(*clientConn)
 		c := &h1Conn{s: s, cc: cc, ho: ho, secure: cc.isTLS(), started: time.Now()}
+		cc.h1.Store(c) // an abuse verdict claims it from the parker (clientConn.End)
 		// Counted before it joins the set: a connection in the set always holds the wait
 		// group, which closeConn relies on.
 		s.h1.wg.Add(1)

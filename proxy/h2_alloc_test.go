@@ -86,6 +86,9 @@ func TestH2HotPathAllocs(t *testing.T) {
 		do()
 	}
 	allocs := testing.AllocsPerRun(2000, do)
+	if u := e.srv.clients.Usage(addrA); u.Conns != 1 {
+		t.Fatalf("the client's address holds %d connections, want 1: the measured path must count budgets (budgets.go)", u.Conns)
+	}
 	if failed != nil {
 		t.Fatal(failed)
 	}

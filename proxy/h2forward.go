@@ -91,9 +91,14 @@ func (x *h2Req) route() {
 	ws := rq.Method == http.MethodConnect && rq.Protocol == "websocket" // RFC 8441
 	v := s.decide(&request{host: rq.Authority, secure: f.secure, websocket: ws,
 		connect: rq.Method == http.MethodConnect && !ws, cc: f.cc})
+	defer v.done() // also when a handler panics (the engine resets the stream)
 	x.entry = v.entry
 	switch v.kind {
 	case answerFixed:
+		if v.o == outcomeRequestBudget {
+			x.refuse() // REFUSED_STREAM: the client may retry it, no target saw it
+			return
+		}
 		x.answer(v.o)
 	case answerRedirect:
 		x.redirect()
@@ -102,6 +107,14 @@ func (x *h2Req) route() {
 	default:
 		x.forwardBytes() // h2bytes.go
 	}
+}
+
+// refuse resets the stream with REFUSED_STREAM (RFC 9113 §8.7: not processed, safe to
+// retry): the client address's budget of requests in flight is spent. It is recorded as
+// the 503 the other front-ends answer.
+func (x *h2Req) refuse() {
+	x.st.Reset(http2.ErrCodeRefusedStream)
+	x.status = outcomeRequestBudget.status()
 }
 
 // dateString is the Date value for now, made once per second.

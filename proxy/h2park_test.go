@@ -416,7 +416,7 @@ func TestH2ParkedWakeTogether(t *testing.T) {
 	if testing.Short() {
 		n = 200
 	}
-	e := newEnv(t, func(c *Config) { c.IdleTimeout = time.Minute })
+	e := newEnv(t, func(c *Config) { c.IdleTimeout = time.Minute; c.MaxConnsPerClient = -1 }) // 2,000 from 127.0.0.1: no connection budget
 	e.apply([]routeSpec{{host: redirectHost, tls: &routetable.RouteTLS{CertificateID: "c", RedirectHTTP: true}, backends: []string{deadAddr(t)}}},
 		certSpec{id: "c", hosts: []string{redirectHost}})
 	peers := make([]*h2Peer, n)

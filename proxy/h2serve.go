@@ -142,6 +142,7 @@ func (c *h1Conn) serveH2() {
 	client := remoteAddr(cc)
 	s.h2.add(conn, client)
 	c.h2c = conn
+	cc.h2.Store(conn) // an abuse verdict ends it through the engine (clientConn.End)
 	// A penalty that started after this connection was accepted (during its TLS
 	// handshake, or before its preface came) ended the address's HTTP/2 connections
 	// before this one was in the set: it is ended here. Checked after add, so that a
@@ -163,6 +164,7 @@ func (c *h1Conn) h2Ran(err error) {
 		return
 	}
 	c.s.h2.remove(c.h2c)
+	c.cc.h2.Store(nil)
 	// HTTP/2 accounting is per stream (h2forward.go): no connection tail to attribute
 	// when the fast path closes the connection (flushTail).
 	cc := c.cc

@@ -136,6 +136,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rs *reqState) {
 	rq := request{host: r.Host, secure: rs.secure, websocket: h3ws || isWebSocketUpgrade(r),
 		connect: r.Method == http.MethodConnect && !h3ws, cc: rs.cc, hr: r}
 	v := s.decide(&rq)
+	defer v.done() // also when the exchange panics (http.ErrAbortHandler)
 	rs.entry = v.entry
 	switch {
 	case v.kind == answerFixed:

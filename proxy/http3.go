@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/serve-zone/ingress/proxy/internal/clients"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -64,6 +65,11 @@ type h3Conn struct {
 	conn            *quic.Conn
 	sni             sync.Once // the SNI attribution, once the handshake is complete
 	connAttribution           // counted once under a hostname
+	// hold is the connection's place in its client address's budgets (budgets.go),
+	// taken once its handshake completed (admit), given back when the connection ends;
+	// zero for a trusted proxy's.
+	hold  clients.Hold
+	admit sync.Once
 }
 
 type h3ConnKey struct{}
@@ -82,17 +88,28 @@ func (s *Server) newHTTP3Server() {
 		GetCertificate: s.getCertificateH3,
 	}
 	bindTicketsToName(tlsCfg)
+	qc := &quic.Config{
+		// The whole handshake is bounded by twice this, so by ReadHeaderTimeout, as on TCP.
+		HandshakeIdleTimeout: s.cfg.ReadHeaderTimeout / 2,
+		MaxIdleTimeout:       s.cfg.IdleTimeout,
+		MaxIncomingStreams:   maxHTTP3Streams,
+		// 0-RTT requests can be replayed and would reach targets before the handshake
+		// has attributed the connection.
+		Allow0RTT: false,
+	}
+	// Asked at a connection's first Initial packet, before any of its handshake's work:
+	// a penalised address, or one that has its budget of connections, is refused there
+	// (budgets.go). The config returned is this one (the http3.Server's clone differs
+	// in nothing a connection uses).
+	qc.GetConfigForClient = func(ci *quic.ClientInfo) (*quic.Config, error) {
+		if err := s.refuseQUIC(ci.RemoteAddr); err != nil {
+			return nil, err
+		}
+		return qc, nil
+	}
 	s.h3.srv = &http3.Server{
-		TLSConfig: tlsCfg,
-		QUICConfig: &quic.Config{
-			// The whole handshake is bounded by twice this, so by ReadHeaderTimeout, as on TCP.
-			HandshakeIdleTimeout: s.cfg.ReadHeaderTimeout / 2,
-			MaxIdleTimeout:       s.cfg.IdleTimeout,
-			MaxIncomingStreams:   maxHTTP3Streams,
-			// 0-RTT requests can be replayed and would reach targets before the handshake
-			// has attributed the connection.
-			Allow0RTT: false,
-		},
+		TLSConfig:      tlsCfg,
+		QUICConfig:     qc,
 		Handler:        s.handler,
 		MaxHeaderBytes: s.cfg.MaxHeaderBytes,
 		IdleTimeout:    s.cfg.IdleTimeout,
@@ -216,14 +233,18 @@ func (s *Server) h3ConnContext(ctx context.Context, c *quic.Conn) context.Contex
 	return context.WithValue(ctx, h3ConnKey{}, hc)
 }
 
-// watchHTTP3 attributes the connection at its handshake and uncounts it when it ends.
+// watchHTTP3 attributes the connection at its handshake, takes its place in its
+// address's budget then (budgets.go), and uncounts it and gives the place back when it
+// ends.
 // A connection that ends before its handshake completed is a TLS handshake failure.
 func (s *Server) watchHTTP3(hc *h3Conn) {
 	defer s.h3.conns.Done()
 	defer s.totals.Conn(stats.ProtoHTTP3, -1)
+	defer s.releaseQUIC(hc)
 	c := hc.conn
 	select {
 	case <-c.HandshakeComplete():
+		s.admitQUIC(hc)
 		s.attributeSNI(hc)
 	case <-c.Context().Done():
 		select {

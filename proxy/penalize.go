@@ -22,7 +22,9 @@ import (
 // a penalty window (1 s, doubling while the address keeps coming back abusive, at most
 // 16 s) the listeners refuse its connections right after accept, before any TLS or HTTP
 // work: held unread until the penalty ends (the tarpit below), then reset (no TIME_WAIT
-// kept for them). Only abuse verdicts count, never ordinary closes or errors; trusted
+// kept for them). The verdict also ends every connection the address still holds, on
+// every protocol (strike, budgets.go): connections opened before it, many of them, would
+// otherwise go on flooding. Only abuse verdicts count, never ordinary closes or errors; trusted
 // proxies (Config.TrustedProxies) are never penalised, since one of them carries many
 // clients.
 //
@@ -85,20 +87,34 @@ func (s *Server) refusePenalized(c net.Conn) bool {
 // and a flood spread over connections opened before it would otherwise go on (issue 25).
 func (s *Server) h2Abuse(nc net.Conn, reason string) {
 	s.totals.ClientAbuse()
-	a := remoteAddr(nc)
+	s.strike(remoteAddr(nc), reason)
+}
+
+// strike acts on an abuse verdict against client address a (unless trusted): a is
+// penalised (new connections refused at accept and at the QUIC handshake), and every
+// connection it still holds, on every protocol, is ended now (clients.Table.Strike:
+// clientConn.End, h3Conn.End), so that connections opened before the verdict stop being
+// a lever (issue 25). Every verdict ends what is held, also one during a penalty: it
+// is about a connection accepted before the penalty began.
+func (s *Server) strike(a netip.Addr, reason string) {
 	if !a.IsValid() || s.isTrustedAddr(a) {
 		return
 	}
 	d, started := s.penalties.Strike(a)
+	ended := s.clients.Strike(a)
 	if !started {
 		return
 	}
-	s.endH2ForAbuseFrom(a) // nc among them: it is ending already, Abort only ends it sooner
+	// The HTTP/2 ones again by the engine's set (nc among them: it is ending already),
+	// which the table's strike has already reached: Abort is idempotent, and a parked
+	// connection was claimed and aborted above, so this finds nothing left to do.
+	s.endH2ForAbuseFrom(a)
 	if ok, unlogged := allowLog(&s.abuseLoggedAt, &s.abuseUnlogged, penaltyLogEvery); ok {
 		s.log.Info("client connection ended for abuse; its address is penalised",
 			zap.String("client", a.String()),
 			zap.String("reason", reason),
 			zap.Duration("penalty", d),
+			zap.Int("connections_ended", ended),
 			zap.Int64("unlogged", unlogged))
 	}
 }

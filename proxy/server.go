@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/serve-zone/ingress/proxy/internal/clients"
 	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
@@ -149,6 +150,20 @@ type Config struct {
 	// whole process (the collections are process-wide), so it is off by default; the
 	// ingress binary turns it on. It costs nothing on the request path.
 	ReleaseIdleMemory bool
+	// MaxConnsPerClient bounds the connections one client address (an IPv6 address by
+	// its /64) may have open at once, TCP and QUIC together (0 -> 512; negative: no
+	// limit). One more is refused at accept, before any TLS or HTTP work (a TCP reset;
+	// QUIC: CONNECTION_REFUSED at the handshake). Trusted proxies are exempt.
+	MaxConnsPerClient int
+	// MaxRequestsPerClient bounds the requests (HTTP/2 and HTTP/3 streams) one client
+	// address may have in flight at once over all its connections (0 -> 512; negative:
+	// no limit). One more gets REFUSED_STREAM on HTTP/2, 503 with Retry-After: 1 on
+	// HTTP/1.1 and HTTP/3; no target sees it. Trusted proxies are exempt.
+	MaxRequestsPerClient int
+	// MaxTunnelsPerClient bounds the WebSocket tunnels one client address may have open
+	// at once (0 -> 256; negative: no limit). One more is answered 503 with Retry-After:
+	// 1 before any target is contacted. Trusted proxies are exempt.
+	MaxTunnelsPerClient int
 
 	// What the package's own tests choose (no flag or exported field sets them):
 	// stdH2 serves h2 and h2c with net/http's HTTP/2 server instead of the own engine (the
@@ -217,6 +232,11 @@ type Server struct {
 	abuseLoggedAt, abuseUnlogged     atomic.Int64
 	refusedLoggedAt, refusedUnlogged atomic.Int64
 	stapler                          *stapler // OCSP staples for the table's certificates (ocsp.go)
+	// clients are the per-address budgets and each address's live connections
+	// (budgets.go); budgetLoggedAt and budgetUnlogged rate-limit the refusal lines.
+	clients                        *clients.Table
+	budgetLoggedAt, budgetUnlogged atomic.Int64
+	quicRefused                    atomic.Pointer[quicRefusal] // the last refused QUIC attempt (budgets.go)
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
@@ -287,6 +307,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.tunnels.m = make(map[*tunnel]struct{})
 	s.penalties = newPenaltyTable()
+	s.clients = newClientTable(cfg)
 	s.tarpit = newTarpit()
 	s.shutDone = make(chan struct{})
 	s.up = newTargetPools(cfg)

@@ -140,8 +140,9 @@ func TestIdleH2TLSMemory(t *testing.T) {
 	}
 	const host = "idle-h2.rel.test"
 	certPEM, keyPEM := keyPair(t, host)
+	// All from 127.0.0.1: the per-address connection budget (512 by default) is lifted.
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
-		binarytest.Route(host, "c", false, echoBackend(t, "idle"))))
+		binarytest.Route(host, "c", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0")
 	open := func(n int) ([]*h2IdleClient, error) {
 		clients := make([]*h2IdleClient, n)
 		return clients, eachH2(n, func(i int) error {

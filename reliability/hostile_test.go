@@ -165,7 +165,11 @@ func TestHostileClients(t *testing.T) {
 	const legit = "legit.rel.test"
 	backend := echoBackend(t, "legit")
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(legit, "", false, backend), binarytest.Route("*.wild.rel.test", "", false, backend)),
-		"--read-header-timeout", "2s", "--client-body-timeout", "2s", "--log-level", "info")
+		"--read-header-timeout", "2s", "--client-body-timeout", "2s", "--log-level", "info",
+		// Attackers and legitimate client are all 127.0.0.1, with 2,000 connections and
+		// requests at once: the timeouts are under test here, not the per-address
+		// budgets (512 connections and requests by default: TestClientBudgetsEndToEnd).
+		"--max-conns-per-client", "0", "--max-requests-per-client", "0")
 	const cutBy = 2*time.Second + 3*time.Second // the timeout, and slack for a loaded box
 
 	t.Run("slowloris on heads", func(t *testing.T) {

@@ -117,7 +117,8 @@ func closeAll(conns []net.Conn) {
 // served, and goroutines and heap return to the baseline once they close.
 func TestIdleKeepAliveMemory(t *testing.T) {
 	const host = "idle.rel.test"
-	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))))
+	// All from 127.0.0.1: the per-address connection budget (512 by default) is lifted.
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0")
 	dial := func() (net.Conn, error) { return net.Dial("tcp", p.HTTP) }
 	idleMemory(t, p, dial, host, idleBudget, idleRSSBudget)
 }
@@ -138,8 +139,9 @@ const (
 func TestIdleTLSMemory(t *testing.T) {
 	const host = "idle-tls.rel.test"
 	certPEM, keyPEM := keyPair(t, host)
+	// All from 127.0.0.1: the per-address connection budget (512 by default) is lifted.
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
-		binarytest.Route(host, "c", false, echoBackend(t, "idle"))))
+		binarytest.Route(host, "c", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0")
 	// Resumed handshakes after the first (TLS 1.3 PSK with ECDHE): the test's own CPU,
 	// not the binary's memory, is what a full handshake each would cost.
 	cfg := &tls.Config{ServerName: host, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},

@@ -3,6 +3,7 @@ package reliability
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 // TestIdleTunnelsClosed: issue 25 finding 3 against the binary. 1,000 silent WebSockets
 // from one client are closed once --tunnel-idle-timeout (2 s here) passed without a byte,
 // each counted in ingress_tunnels_closed_idle_total, and their clients see the close;
-// one that exchanges a message every 600 ms stays open through it.
+// one that exchanges a message every 600 ms stays open through it; and the per-address
+// tunnel budget refuses the one beyond them (503).
 func TestIdleTunnelsClosed(t *testing.T) {
 	const idle, timeout = 1000, 2 * time.Second
 	if lim := noFileLimit(t); lim < 3*idle+500 {
@@ -24,7 +26,10 @@ func TestIdleTunnelsClosed(t *testing.T) {
 	}
 	const host = "ws.rel.test"
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, wsEchoBackend(t))),
-		"--tunnel-idle-timeout", timeout.String())
+		"--tunnel-idle-timeout", timeout.String(),
+		// All from 127.0.0.1: the tunnel budget is exactly what this test opens (the
+		// echoing one and the idle ones), the connection budget is lifted.
+		"--max-tunnels-per-client", fmt.Sprint(idle+1), "--max-conns-per-client", "0")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLimit)
 	defer cancel()
 	dial := func() *websocket.Conn {
@@ -42,6 +47,11 @@ func TestIdleTunnelsClosed(t *testing.T) {
 		conns[i] = dial()
 	}
 	opened := time.Since(start)
+	// One more than the per-address tunnel budget is refused before any target sees it.
+	if _, res, err := websocket.Dial(ctx, "ws://"+p.HTTP+"/ws", &websocket.DialOptions{Host: host}); err == nil || res == nil ||
+		res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("the WebSocket beyond --max-tunnels-per-client: %v %v; want 503 with Retry-After: 1", res, err)
+	}
 
 	// Every idle client sees its tunnel end.
 	var wg sync.WaitGroup

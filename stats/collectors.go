@@ -20,7 +20,7 @@ type collector struct {
 	opts   CollectorOptions
 
 	requests, bytes, unknown, failures, inFlight, conns, websockets, tlsFailures *prometheus.Desc
-	abuse, penalized, tunnelIdle                                                 *prometheus.Desc
+	abuse, penalized, tunnelIdle, refusals                                       *prometheus.Desc
 	hostRequests, hostBytes                                                      *prometheus.Desc
 }
 
@@ -55,6 +55,8 @@ func NewCollector(reg *Registry, totals *Totals, opts CollectorOptions) promethe
 			"Client connections closed at accept, before any TLS or HTTP, because their address is penalised for abuse.", nil, nil),
 		tunnelIdle: prometheus.NewDesc("ingress_tunnels_closed_idle_total",
 			"Tunnels (WebSockets over HTTP/1.1, HTTP/2 and HTTP/3) closed because no byte passed either way for the tunnel idle timeout.", nil, nil),
+		refusals: prometheus.NewDesc("ingress_refusals_total",
+			"What was refused to a client before any target saw it, by kind: connections, requests and tunnels over their address's budget, connections of penalised addresses (penalty on TCP, http3-penalty on QUIC).", []string{"kind"}, nil),
 		hostRequests: prometheus.NewDesc("ingress_host_requests_total",
 			"Requests for a route hostname today (UTC); resets at midnight.", []string{"hostname"}, nil),
 		hostBytes: prometheus.NewDesc("ingress_host_bytes_total",
@@ -65,7 +67,7 @@ func NewCollector(reg *Registry, totals *Totals, opts CollectorOptions) promethe
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.totals != nil {
-		for _, d := range []*prometheus.Desc{c.requests, c.bytes, c.unknown, c.failures, c.inFlight, c.conns, c.websockets, c.tlsFailures, c.abuse, c.penalized, c.tunnelIdle} {
+		for _, d := range []*prometheus.Desc{c.requests, c.bytes, c.unknown, c.failures, c.inFlight, c.conns, c.websockets, c.tlsFailures, c.abuse, c.penalized, c.tunnelIdle, c.refusals} {
 			ch <- d
 		}
 	}
@@ -101,8 +103,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.websockets, t.websockets.Load())
 		counter(c.tlsFailures, t.tlsFailures.Load())
 		counter(c.abuse, t.abuse.Load())
-		counter(c.penalized, t.penalized.Load())
+		counter(c.penalized, t.refusals[RefusalPenalty].Load())
 		counter(c.tunnelIdle, t.tunnelIdle.Load())
+		for k := range numRefusalKinds {
+			counter(c.refusals, t.refusals[k].Load(), k.String())
+		}
 	}
 	if c.opts.PerHost && c.reg != nil {
 		for _, h := range c.reg.todayCounters() {

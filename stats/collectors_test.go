@@ -70,6 +70,12 @@ func TestCollectorReadsTotals(t *testing.T) {
 	tot.ClientAbuse()
 	tot.ClientAbuse()
 	tot.PenalizedRefusal()
+	tot.Refusal(RefusalConnections)
+	tot.Refusal(RefusalRequests)
+	tot.Refusal(RefusalRequests)
+	tot.Refusal(RefusalTunnels)
+	tot.Refusal(RefusalHTTP3Penalty)
+	tot.Refusal(RefusalKind(99)) // unknown: ignored
 	tot.TunnelClosedIdle()
 	tot.TunnelClosedIdle()
 	tot.TunnelClosedIdle()
@@ -87,6 +93,11 @@ gauge ingress_requests_in_flight{} 2
 counter ingress_tls_handshake_failures_total{} 1
 counter ingress_client_abuse_total{} 2
 counter ingress_penalized_connections_total{} 1
+counter ingress_refusals_total{kind="connections"} 1
+counter ingress_refusals_total{kind="requests"} 2
+counter ingress_refusals_total{kind="tunnels"} 1
+counter ingress_refusals_total{kind="penalty"} 1
+counter ingress_refusals_total{kind="http3-penalty"} 1
 counter ingress_tunnels_closed_idle_total{} 3
 counter ingress_unknown_host_requests_total{} 1
 counter ingress_request_bytes_total{direction="in",protocol="http1"} 15

@@ -50,7 +50,7 @@ type Totals struct {
 	websockets  atomic.Int64
 	tlsFailures atomic.Uint64
 	abuse       atomic.Uint64
-	penalized   atomic.Uint64
+	refusals    [numRefusalKinds]atomic.Uint64 // refusals[RefusalPenalty] is also ingress_penalized_connections_total
 	tunnelIdle  atomic.Uint64
 }
 
@@ -115,7 +115,8 @@ func (t *Totals) ClientAbuse() { t.abuse.Add(1) }
 
 // PenalizedRefusal counts one client connection closed at accept because its address is
 // penalised for abuse.
-func (t *Totals) PenalizedRefusal() { t.penalized.Add(1) }
+// It is Refusal(RefusalPenalty).
+func (t *Totals) PenalizedRefusal() { t.Refusal(RefusalPenalty) }
 
 // TunnelClosedIdle counts one tunnel closed because no byte passed through it, either
 // way, for the tunnel idle timeout.
@@ -135,7 +136,9 @@ type TotalsSnapshot struct {
 	TLSHandshakeFailures uint64
 	ClientAbuse          uint64
 	PenalizedRefusals    uint64
-	TunnelsClosedIdle    uint64
+	// Refusals[k] counts refusals of RefusalKind k.
+	Refusals          [numRefusalKinds]uint64
+	TunnelsClosedIdle uint64
 }
 
 // Snapshot copies the counters. Each is read atomically; the set is not one instant.
@@ -157,7 +160,10 @@ func (t *Totals) Snapshot() TotalsSnapshot {
 	s.WebSockets = t.websockets.Load()
 	s.TLSHandshakeFailures = t.tlsFailures.Load()
 	s.ClientAbuse = t.abuse.Load()
-	s.PenalizedRefusals = t.penalized.Load()
+	for k := range numRefusalKinds {
+		s.Refusals[k] = t.refusals[k].Load()
+	}
+	s.PenalizedRefusals = s.Refusals[RefusalPenalty]
 	s.TunnelsClosedIdle = t.tunnelIdle.Load()
 	return s
 }

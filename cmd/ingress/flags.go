@@ -45,6 +45,10 @@ type options struct {
 	TunnelIdleTimeout      time.Duration
 	RequestBuffer          int64
 
+	MaxConnsPerClient    int
+	MaxRequestsPerClient int
+	MaxTunnelsPerClient  int
+
 	MetricsPerHost bool
 	RetentionDays  int
 
@@ -89,6 +93,9 @@ func defaultOptions() options {
 		ClientBodyTimeout:     30 * time.Second,
 		ClientSendTimeout:     30 * time.Second,
 		TunnelIdleTimeout:     5 * time.Minute,
+		MaxConnsPerClient:     512,
+		MaxRequestsPerClient:  512,
+		MaxTunnelsPerClient:   256,
 		RequestBuffer:         64 << 10,
 		RetentionDays:         35,
 
@@ -123,6 +130,9 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.ClientSendTimeout, "client-send-timeout", o.ClientSendTimeout, "each write of response bytes to a client must complete within this time, else the response is cut")
 	fs.IntVar(&o.HTTP2MaxStreamsPerConn, "http2-max-streams-per-conn", o.HTTP2MaxStreamsPerConn, "streams (requests) one HTTP/2 connection serves; then it is asked to go away (GOAWAY), finishes them and closes, and the client reconnects (nginx's keepalive_requests)")
 	fs.DurationVar(&o.TunnelIdleTimeout, "tunnel-idle-timeout", o.TunnelIdleTimeout, "a WebSocket tunnel (HTTP/1.1, HTTP/2, HTTP/3) with no byte either way for this long is closed; longer than nginx's proxy_read_timeout and AWS ALB (60s) and Cloudflare (100s), so what stays alive behind those stays alive here")
+	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "open connections one client address (IPv6: its /64) may have, TCP and QUIC together; one more is refused at accept; 0: no limit")
+	fs.IntVar(&o.MaxRequestsPerClient, "max-requests-per-client", o.MaxRequestsPerClient, "requests (HTTP/2, HTTP/3 streams) one client address may have in flight; one more gets REFUSED_STREAM (HTTP/2) or 503 with Retry-After; 0: no limit")
+	fs.IntVar(&o.MaxTunnelsPerClient, "max-tunnels-per-client", o.MaxTunnelsPerClient, "WebSocket tunnels one client address may have open; one more gets 503 with Retry-After; 0: no limit")
 	fs.Int64Var(&o.RequestBuffer, "request-buffer", o.RequestBuffer, "bytes of a request body read before a target is chosen: a body that ends within them is checked whole first (a malformed one never reaches a target), a larger one streams after them; 0 turns this off")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
@@ -200,6 +210,14 @@ func (o *options) validate() error {
 	if o.HTTP2MaxStreamsPerConn < 1 || o.HTTP2MaxStreamsPerConn > 1<<30 {
 		bad("--http2-max-streams-per-conn must be from 1 to 1073741824, got %d", o.HTTP2MaxStreamsPerConn)
 	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"max-conns-per-client", o.MaxConnsPerClient}, {"max-requests-per-client", o.MaxRequestsPerClient}, {"max-tunnels-per-client", o.MaxTunnelsPerClient}} {
+		if b.v < 0 {
+			bad("--%s must be 0 (no limit) or more, got %d", b.name, b.v)
+		}
+	}
 	if o.RequestBuffer < 0 || o.RequestBuffer > maxRequestBuffer {
 		bad("--request-buffer must be from 0 (off) to %d, got %d", maxRequestBuffer, o.RequestBuffer)
 	}
@@ -227,4 +245,13 @@ func (o *options) validate() error {
 	}
 	o.validateACME(bad)
 	return errors.Join(errs...)
+}
+
+// budgetFlag is a --max-*-per-client value as proxy.Config takes it: the flag's 0 (no
+// limit) is the Config's negative (its 0 is the default).
+func budgetFlag(v int) int {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

@@ -17,7 +17,8 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "all set", args: []string{"--http-addr", "127.0.0.1:8080", "--https-addr", ":8443", "--admin-addr", "127.0.0.1:0",
 			"--drain-timeout", "5s", "--log-level", "debug", "--log-format", "console", "--trusted-proxies", "10.0.0.0/8, 192.168.1.1",
 			"--max-header-bytes", "8192", "--stats-retention-days", "40", "--http3=false", "--access-log", "--metrics-per-host",
-			"--client-body-timeout", "10s", "--client-send-timeout", "1m", "--http2-max-streams-per-conn", "100", "--request-buffer", "0"}},
+			"--client-body-timeout", "10s", "--client-send-timeout", "1m", "--http2-max-streams-per-conn", "100", "--request-buffer", "0",
+			"--max-conns-per-client", "0", "--max-requests-per-client", "64", "--max-tunnels-per-client", "8"}},
 		{name: "bad http addr", args: []string{"--http-addr", "nonsense"}, want: []string{"--http-addr"}},
 		{name: "bad port", args: []string{"--https-addr", ":99999"}, want: []string{"--https-addr"}},
 		{name: "hostname addr", args: []string{"--admin-addr", "example.com:9090"}, want: []string{"--admin-addr"}},
@@ -32,6 +33,8 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "idle timeout", args: []string{"--idle-timeout", "0s"}, want: []string{"--idle-timeout"}},
 		{name: "client body timeout", args: []string{"--client-body-timeout", "0s"}, want: []string{"--client-body-timeout"}},
 		{name: "client send timeout", args: []string{"--client-send-timeout", "-5s"}, want: []string{"--client-send-timeout"}},
+		{name: "client budgets", args: []string{"--max-conns-per-client", "-1", "--max-requests-per-client", "-2", "--max-tunnels-per-client", "-3"},
+			want: []string{"--max-conns-per-client", "--max-requests-per-client", "--max-tunnels-per-client"}},
 		{name: "request buffer negative", args: []string{"--request-buffer", "-1"}, want: []string{"--request-buffer"}},
 		{name: "request buffer too large", args: []string{"--request-buffer", "17000000"}, want: []string{"--request-buffer"}},
 		{name: "max header bytes", args: []string{"--max-header-bytes", "10"}, want: []string{"--max-header-bytes"}},
@@ -96,5 +99,9 @@ func TestFlagDefaultsMatchContract(t *testing.T) {
 		o.ClientBodyTimeout != 30*time.Second || o.ClientSendTimeout != 30*time.Second || o.HTTP2MaxStreamsPerConn != 1000 ||
 		o.RequestBuffer != 64<<10 {
 		t.Fatalf("data-plane defaults differ from the brief: %+v", o)
+	}
+	if o.MaxConnsPerClient != 512 || o.MaxRequestsPerClient != 512 || o.MaxTunnelsPerClient != 256 ||
+		budgetFlag(0) >= 0 || budgetFlag(7) != 7 {
+		t.Fatalf("per-client budgets differ from issue 25's defaults: %+v", o)
 	}
 }

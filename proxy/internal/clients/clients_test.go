@@ -1,0 +1,202 @@
+package clients
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+type ender struct{ n atomic.Int32 }
+
+func (e *ender) End() { e.n.Add(1) }
+
+func TestConnBudgetAndRelease(t *testing.T) {
+	tab := New(Limits{Conns: 3})
+	a := netip.MustParseAddr("192.0.2.1")
+	b := netip.MustParseAddr("192.0.2.2")
+	holds := make([]Hold, 4)
+	for i := range 3 {
+		if !tab.Open(&holds[i], a, &ender{}) {
+			t.Fatalf("connection %d refused under budget", i+1)
+		}
+	}
+	if tab.Open(&holds[3], a, &ender{}) {
+		t.Fatal("the 4th connection of a 3-connection budget was admitted")
+	}
+	if holds[3].Held() {
+		t.Fatal("a refused hold says it holds")
+	}
+	if !tab.Full(a) || tab.Full(b) {
+		t.Fatalf("Full: a %v (want true), b %v (want false)", tab.Full(a), tab.Full(b))
+	}
+	var hb Hold
+	if !tab.Open(&hb, b, &ender{}) {
+		t.Fatal("another address refused")
+	}
+	holds[1].Close()
+	holds[1].Close() // twice: counted once
+	if got := tab.Usage(a).Conns; got != 2 {
+		t.Fatalf("after a close a holds %d connections, want 2", got)
+	}
+	if !tab.Open(&holds[3], a, &ender{}) {
+		t.Fatal("refused after a connection closed")
+	}
+	for i := range holds {
+		holds[i].Close()
+	}
+	hb.Close()
+	if n := tab.Len(); n != 0 {
+		t.Fatalf("%d entries left after every connection closed", n)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	tab := New(Limits{Conns: 1})
+	var h1, h2, h3, h4 Hold
+	if !tab.Open(&h1, netip.MustParseAddr("2001:db8:1:2::1"), &ender{}) {
+		t.Fatal("first refused")
+	}
+	if tab.Open(&h2, netip.MustParseAddr("2001:db8:1:2:ffff::9%eth0"), &ender{}) {
+		t.Fatal("the same /64 is a second address")
+	}
+	if !tab.Open(&h3, netip.MustParseAddr("2001:db8:1:3::1"), &ender{}) {
+		t.Fatal("another /64 refused")
+	}
+	if !tab.Open(&h4, netip.MustParseAddr("198.51.100.1"), &ender{}) {
+		t.Fatal("v4 refused")
+	}
+	if !tab.Full(netip.MustParseAddr("::ffff:198.51.100.1")) {
+		t.Fatal("the IPv4-mapped form is another address")
+	}
+}
+
+func TestRequestAndTunnelBudgets(t *testing.T) {
+	tab := New(Limits{Requests: 2, Tunnels: 1})
+	a := netip.MustParseAddr("203.0.113.9")
+	var x, y Hold
+	tab.Open(&x, a, &ender{})
+	tab.Open(&y, a, &ender{})
+	if !x.StartRequest() || !y.StartRequest() {
+		t.Fatal("requests under budget refused")
+	}
+	if x.StartRequest() || y.StartRequest() {
+		t.Fatal("a third request across two connections admitted")
+	}
+	x.EndRequest()
+	if !y.StartRequest() {
+		t.Fatal("refused after a request ended")
+	}
+	if !x.StartTunnel() || y.StartTunnel() {
+		t.Fatal("tunnel budget of 1 not enforced across connections")
+	}
+	if u := tab.Usage(a); u != (Usage{Conns: 2, Requests: 2, Tunnels: 1}) {
+		t.Fatalf("usage %+v", u)
+	}
+	var zero Hold
+	for range 10 {
+		if !zero.StartRequest() || !zero.StartTunnel() {
+			t.Fatal("a zero hold (trusted) refused")
+		}
+	}
+	zero.EndRequest()
+	zero.EndTunnel()
+	zero.Close()
+}
+
+func TestStrikeEndsOnlyThatAddress(t *testing.T) {
+	tab := New(Limits{})
+	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11")
+	ea, eb := &ender{}, &ender{}
+	hs := make([]Hold, 5)
+	for i := range 4 {
+		tab.Open(&hs[i], a, ea)
+	}
+	tab.Open(&hs[4], b, eb)
+	hs[2].Close()
+	if n := tab.Strike(a); n != 3 || ea.n.Load() != 3 {
+		t.Fatalf("strike ended %d (End called %d times), want the 3 live ones", n, ea.n.Load())
+	}
+	if eb.n.Load() != 0 {
+		t.Fatal("another address's connection was ended")
+	}
+	if tab.Strike(netip.MustParseAddr("192.0.2.99")) != 0 {
+		t.Fatal("an address without connections had some to end")
+	}
+}
+
+// TestPerRequestAllocs: the per-request calls allocate nothing.
+func TestPerRequestAllocs(t *testing.T) {
+	tab := New(Limits{Requests: 100, Tunnels: 100})
+	var h Hold
+	tab.Open(&h, netip.MustParseAddr("192.0.2.1"), &ender{})
+	if n := testing.AllocsPerRun(1000, func() {
+		if h.StartRequest() {
+			h.EndRequest()
+		}
+		if h.StartTunnel() {
+			h.EndTunnel()
+		}
+	}); n != 0 {
+		t.Fatalf("%.1f allocations per request", n)
+	}
+}
+
+// TestConcurrent is for the race detector: opens, closes, requests and strikes at once;
+// every entry is gone at the end.
+func TestConcurrent(t *testing.T) {
+	tab := New(Limits{Conns: 4, Requests: 3, Tunnels: 2})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			a := netip.AddrFrom4([4]byte{10, 0, 0, byte(g % 3)})
+			for range 500 {
+				var h Hold
+				if !tab.Open(&h, a, &ender{}) {
+					continue
+				}
+				if h.StartRequest() {
+					h.EndRequest()
+				}
+				if h.StartTunnel() {
+					h.EndTunnel()
+				}
+				tab.Strike(a)
+				h.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if n := tab.Len(); n != 0 {
+		t.Fatalf("%d entries left", n)
+	}
+}
+
+// BenchmarkOpenClose is a connection's cost at accept and close (one address with 100
+// other connections open).
+func BenchmarkOpenClose(b *testing.B) {
+	tab := New(Limits{Conns: 512})
+	a := netip.MustParseAddr("192.0.2.1")
+	held := make([]Hold, 100)
+	for i := range held {
+		tab.Open(&held[i], a, &ender{})
+	}
+	e := &ender{}
+	for b.Loop() {
+		var h Hold
+		tab.Open(&h, a, e)
+		h.Close()
+	}
+}
+
+// BenchmarkRequest is a request's cost: admission and its end.
+func BenchmarkRequest(b *testing.B) {
+	tab := New(Limits{Requests: 512})
+	var h Hold
+	tab.Open(&h, netip.MustParseAddr("192.0.2.1"), &ender{})
+	for b.Loop() {
+		if h.StartRequest() {
+			h.EndRequest()
+		}
+	}
+}
