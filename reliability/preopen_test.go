@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,8 +45,9 @@ const (
 	preopenGoroutines = 2000
 	// preopenGone: every attacking connection gone this long after the verdict.
 	preopenGone = 2 * time.Second
-	// maxRequestsPerClient is the default of --max-requests-per-client: the requests in
-	// flight that one address may have, across all its connections and protocols.
+	// maxRequestsPerClient is --max-requests-per-client as the test sets it (its
+	// default): the requests in flight that one address may have, across all its
+	// connections and protocols.
 	maxRequestsPerClient = 512
 	// preopenTargetConns bounds the target connections open at once. The binary opens
 	// a target connection only when no idle one is free, so the connections open at
@@ -166,7 +168,7 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	target, tg := newCountingTarget(t)
 	certPEM, keyPEM := keyPair(t, preopenHost)
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
-		binarytest.Route(preopenHost, "c", false, tg)), "--log-level", "info")
+		binarytest.Route(preopenHost, "c", false, tg)), "--log-level", "info", "--max-requests-per-client", strconv.Itoa(maxRequestsPerClient))
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
