@@ -33,7 +33,8 @@ func (s *Server) h2Conns() []*h2.Conn {
 // connection whose streams wait for their target: the client gets GOAWAY
 // ENHANCE_YOUR_CALM and its connection closed within the engine's grace, the target's
 // requests are cancelled, and every goroutine the connection made is gone. The
-// address form (endH2ForAbuseFrom) finds the connections of that address only.
+// address form (a strike through the budgets' table) finds the connections of that
+// address only.
 func TestH2EndForAbuse(t *testing.T) {
 	const streams = 5
 	var started, cancelled atomic.Int64
@@ -78,10 +79,10 @@ func TestH2EndForAbuse(t *testing.T) {
 		}
 		start := time.Now()
 		if byAddr {
-			if n := e.srv.endH2ForAbuseFrom(netip.MustParseAddr("127.0.0.2")); n != 0 {
+			if n := e.srv.clients.Strike(netip.MustParseAddr("127.0.0.2")); n != 0 {
 				t.Fatalf("%d connections ended for another address", n)
 			}
-			go func() { _ = e.srv.endH2ForAbuseFrom(netip.MustParseAddr("127.0.0.1")) }()
+			go func() { _ = e.srv.clients.Strike(netip.MustParseAddr("127.0.0.1")) }()
 		} else {
 			go e.srv.endH2ForAbuse(conns[0])
 		}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
@@ -10,8 +9,6 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
-
-	"github.com/serve-zone/ingress/proxy/internal/h2"
 )
 
 // TestH2PenaltyEndsHeldConns (issue 25, finding 1): when one HTTP/2 connection's flood
@@ -86,7 +83,7 @@ flood:
 // TestH2PenaltyReachesLateConn: a connection accepted before its address was penalised,
 // which sends its HTTP/2 preface only after the verdict (it was in its TLS handshake,
 // or slow), is ended as soon as it is an HTTP/2 connection (GOAWAY ENHANCE_YOUR_CALM,
-// its request not served): endH2ForAbuseFrom ran before it was in the server's set.
+// its request not served): the penalty is checked when the engine takes the connection.
 func TestH2PenaltyReachesLateConn(t *testing.T) {
 	var served atomic.Int64
 	e := newEnv(t)
@@ -134,37 +131,5 @@ func TestH2PenaltyReachesLateConn(t *testing.T) {
 	}
 	if n := served.Load(); n != 0 {
 		t.Fatalf("the target saw %d requests of the penalised connection", n)
-	}
-}
-
-// TestH2EndForAbuseFromPenaltyKey: endH2ForAbuseFrom ends the connections of every
-// address the penalty covers, which is an IPv6 address's whole /64 (penalty.Key): an
-// IPv6 client rotating its source address within its /64 must not keep pre-opened
-// connections through a penalty of the address that got the verdict.
-func TestH2EndForAbuseFromPenaltyKey(t *testing.T) {
-	e := newEnv(t)
-	var conns []*h2.Conn
-	add := func(addr string) {
-		srv, client := net.Pipe()
-		t.Cleanup(func() { srv.Close(); client.Close() })
-		c := h2.NewConn(srv, h2.Config{}, h2.HandlerFunc(func(*h2.Stream) {}))
-		conns = append(conns, c)
-		e.srv.h2.add(c, netip.MustParseAddr(addr))
-	}
-	add("2001:db8::1")
-	add("2001:db8::2:3")    // same /64
-	add("2001:db8:0:1::1")  // another /64
-	add("::ffff:192.0.2.1") // IPv4-mapped
-	add("192.0.2.2")        // another IPv4 address
-	t.Cleanup(func() {
-		for _, c := range conns {
-			e.srv.h2.remove(c)
-		}
-	})
-	if n := e.srv.endH2ForAbuseFrom(netip.MustParseAddr("2001:db8::1")); n != 2 {
-		t.Fatalf("a penalty of 2001:db8::1 ended %d connections, want the 2 of its /64", n)
-	}
-	if n := e.srv.endH2ForAbuseFrom(netip.MustParseAddr("192.0.2.1")); n != 1 {
-		t.Fatalf("a penalty of 192.0.2.1 ended %d connections, want 1", n)
 	}
 }

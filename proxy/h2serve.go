@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/netip"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/proxy/internal/h2"
-	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -21,23 +19,23 @@ import (
 // The engine's streams are translated into the forwarding core in h2forward.go (and
 // h2tunnel.go for RFC 8441 WebSockets).
 
-// h2Set tracks the engine's connections, with their client addresses, for Shutdown
-// (GOAWAY to each) and for a penalty that ends an address's connections
-// (endH2ForAbuseFrom). It is touched once when a connection starts and once when it
-// ends, not per request.
+// h2Set tracks the engine's connections for Shutdown (GOAWAY to each). It is touched
+// once when a connection starts and once when it ends, not per request. (A penalty
+// reaches an address's connections through the budgets' table, which every connection
+// joined at accept: budgets.go.)
 type h2Set struct {
 	mu       sync.Mutex
-	m        map[*h2.Conn]netip.Addr
+	m        map[*h2.Conn]struct{}
 	draining bool
 }
 
-func (set *h2Set) add(c *h2.Conn, client netip.Addr) {
+func (set *h2Set) add(c *h2.Conn) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if set.m == nil {
-		set.m = make(map[*h2.Conn]netip.Addr)
+		set.m = make(map[*h2.Conn]struct{})
 	}
-	set.m[c] = client.Unmap()
+	set.m[c] = struct{}{}
 	if set.draining {
 		c.Shutdown()
 	}
@@ -67,26 +65,6 @@ func (set *h2Set) shutdown() {
 // verdict reached elsewhere (a penalty of the client's address) acts on connections the
 // client already holds; the engine's own verdicts end their connection themselves.
 func (s *Server) endH2ForAbuse(c *h2.Conn) { c.Abort() }
-
-// endH2ForAbuseFrom ends every HTTP/2 connection of the clients a penalty of address a
-// covers (a itself, or for IPv6 its /64: penalty.Key) for abuse (endH2ForAbuse) and
-// returns how many it ended. It walks all the connections, under the set's lock only to
-// collect them: for a penalty, not for a request path.
-func (s *Server) endH2ForAbuseFrom(a netip.Addr) int {
-	k := penalty.Key(a)
-	var held []*h2.Conn
-	s.h2.mu.Lock()
-	for c, client := range s.h2.m {
-		if penalty.Key(client) == k {
-			held = append(held, c)
-		}
-	}
-	s.h2.mu.Unlock()
-	for _, c := range held {
-		s.endH2ForAbuse(c)
-	}
-	return len(held)
-}
 
 // h2Config is the engine's configuration from the server's: today's net/http settings
 // (128 streams, 1 MiB per stream and 4 MiB per connection of request body window, PING
@@ -139,15 +117,14 @@ func (c *h1Conn) serveH2() {
 		c.pr = parkRec{state: &c.state, awake: h1Active}
 	}
 	conn := h2.NewConn(cc, cfg, f)
-	client := remoteAddr(cc)
-	s.h2.add(conn, client)
+	s.h2.add(conn)
 	c.h2c = conn
 	cc.h2.Store(conn) // an abuse verdict ends it through the engine (clientConn.End)
 	// A penalty that started after this connection was accepted (during its TLS
-	// handshake, or before its preface came) ended the address's HTTP/2 connections
-	// before this one was in the set: it is ended here. Checked after add, so that a
-	// verdict is either seen here or finds the connection in the set.
-	if !f.trusted && client.IsValid() {
+	// handshake, or before its preface came) is seen here too: the connection is ended
+	// through the engine (GOAWAY ENHANCE_YOUR_CALM). Checked after the Store, so that a
+	// verdict is either seen here or finds the engine's connection.
+	if client := remoteAddr(cc); !f.trusted && client.IsValid() {
 		if hit, _ := s.penalties.Penalized(client); hit {
 			s.endH2ForAbuse(conn)
 		}

@@ -81,10 +81,10 @@ func (s *Server) refusePenalized(c net.Conn) bool {
 	return true
 }
 
-// h2Abuse is the engine's verdict on nc (h2.Config.OnAbuse): counted, nc's client
-// address penalised, and, when that starts a penalty, the address's other HTTP/2
-// connections ended too (endH2ForAbuseFrom): the penalty refuses new connections only,
-// and a flood spread over connections opened before it would otherwise go on (issue 25).
+// h2Abuse is the engine's verdict on nc (h2.Config.OnAbuse): counted, and nc's client
+// address struck (strike): the penalty refuses new connections, and the connections the
+// address already holds, on every protocol, are ended, so that a flood spread over
+// connections opened before it does not go on (issue 25).
 func (s *Server) h2Abuse(nc net.Conn, reason string) {
 	s.totals.ClientAbuse()
 	s.strike(remoteAddr(nc), reason)
@@ -105,10 +105,6 @@ func (s *Server) strike(a netip.Addr, reason string) {
 	if !started {
 		return
 	}
-	// The HTTP/2 ones again by the engine's set (nc among them: it is ending already),
-	// which the table's strike has already reached: Abort is idempotent, and a parked
-	// connection was claimed and aborted above, so this finds nothing left to do.
-	s.endH2ForAbuseFrom(a)
 	if ok, unlogged := allowLog(&s.abuseLoggedAt, &s.abuseUnlogged, penaltyLogEvery); ok {
 		s.log.Info("client connection ended for abuse; its address is penalised",
 			zap.String("client", a.String()),

@@ -111,31 +111,9 @@ func startBystanders(ctx context.Context, t *testing.T, p *proc) bystanders {
 	}
 	t.Cleanup(h1.CloseIdleConnections)
 	t.Cleanup(h2.CloseIdleConnections)
-	get := func(rt http.RoundTripper, url string, proto int) func(ctx context.Context) error {
-		c := &http.Client{Transport: rt, Timeout: 5 * time.Second}
-		return func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return err
-			}
-			req.Host = preopenHost
-			resp, err := c.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != proto {
-				return fmt.Errorf("%s %s", resp.Proto, resp.Status)
-			}
-			return nil
-		}
-	}
 	return bystanders{
-		h1: floodtest.Probe(ctx, 2*time.Millisecond, get(h1, "http://"+p.HTTP+"/probe", 1)),
-		h2: floodtest.Probe(ctx, 2*time.Millisecond, get(h2, "https://"+preopenHost+"/probe", 2)),
+		h1: floodtest.Probe(ctx, 2*time.Millisecond, floodtest.Bystander(h1, "http://"+p.HTTP+"/probe", preopenHost, 1)),
+		h2: floodtest.Probe(ctx, 2*time.Millisecond, floodtest.Bystander(h2, "https://"+preopenHost+"/probe", preopenHost, 2)),
 	}
 }
 

@@ -94,30 +94,6 @@ func readCounts(url string, reset bool) (map[string]int64, error) {
 	return m, sc.Err()
 }
 
-// bystander is a GET loop body for the -path over rt, expecting HTTP/proto.
-func bystander(rt http.RoundTripper, url, host string, proto int) func(ctx context.Context) error {
-	cl := &http.Client{Transport: rt, Timeout: 5 * time.Second}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		req.Host = host
-		resp, err := cl.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != proto {
-			return fmt.Errorf("%s %s", resp.Proto, resp.Status)
-		}
-		return nil
-	}
-}
-
 // runPreopen runs the -preopen measurement and prints it, ending with one tab-separated
 // "row" line for bench/flood.sh's table.
 func runPreopen(out io.Writer, c config, p preopenConfig) error {
@@ -133,8 +109,8 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 	}
 	defer h1.CloseIdleConnections()
 	defer h2.CloseIdleConnections()
-	b1 := floodtest.Probe(ctx, time.Millisecond, bystander(h1, "http://"+c.addr+c.path, c.host, 1))
-	b2 := floodtest.Probe(ctx, time.Millisecond, bystander(h2, "https://"+p.sni+c.path, c.host, 2))
+	b1 := floodtest.Probe(ctx, time.Millisecond, floodtest.Bystander(h1, "http://"+c.addr+c.path, c.host, 1))
+	b2 := floodtest.Probe(ctx, time.Millisecond, floodtest.Bystander(h2, "https://"+p.sni+c.path, c.host, 2))
 	w := floodtest.Watch(ctx, 250*time.Millisecond, floodtest.Target{MetricsURL: p.metrics, PID: p.pid, Group: true})
 	tw := floodtest.Watch(ctx, 250*time.Millisecond, floodtest.Target{PID: p.targetPID, Group: true})
 	defer func() { stop(); b1.Wait(); b2.Wait(); w.Wait(); tw.Wait() }()

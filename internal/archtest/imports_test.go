@@ -39,7 +39,7 @@ var allowed = map[string][]string{
 	"register":                {"relay", "routetable", "stats", "env"},
 	"acme":                    {"routetable"},
 	"proxy":                   {"routetable", "stats", "proxy/internal/clients", "proxy/internal/h1wire", "proxy/internal/h2", "proxy/internal/penalty", "proxy/internal/upstream"},
-	"proxy/internal/clients":  nil,
+	"proxy/internal/clients":  {"proxy/internal/penalty"},
 	"proxy/internal/h1wire":   nil,
 	"proxy/internal/h2":       nil,
 	"proxy/internal/penalty":  nil,

@@ -3,6 +3,8 @@ package floodtest
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -96,4 +98,29 @@ func Percentile(d []time.Duration, p int) time.Duration {
 	slices.Sort(d)
 	r := (p*len(d) + 99) / 100 // ceil(p/100 * n)
 	return d[min(max(r, 1), len(d))-1]
+}
+
+// Bystander is a Probe body: one GET of url with Host host over rt, which must be
+// answered 200 over HTTP/proto, its body read whole.
+func Bystander(rt http.RoundTripper, url, host string, proto int) func(ctx context.Context) error {
+	cl := &http.Client{Transport: rt, Timeout: 5 * time.Second}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		req.Host = host
+		resp, err := cl.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != proto {
+			return fmt.Errorf("%s %s", resp.Proto, resp.Status)
+		}
+		return nil
+	}
 }

@@ -28,6 +28,8 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+
+	"github.com/serve-zone/ingress/proxy/internal/penalty"
 )
 
 // Limits are the budgets of one address. A value of 0 or less means no limit.
@@ -94,17 +96,10 @@ func New(lim Limits) *Table {
 // Limits returns the budgets the table enforces.
 func (t *Table) Limits() Limits { return t.lim }
 
-// Key is what an address is counted under: IPv4 (also IPv4-mapped IPv6) whole, IPv6 by
-// its /64, without zone.
-func Key(a netip.Addr) netip.Addr {
-	a = a.Unmap().WithZone("")
-	if a.Is6() {
-		b := a.As16()
-		clear(b[8:])
-		return netip.AddrFrom16(b)
-	}
-	return a
-}
+// Key is what an address is counted under: what a penalty is keyed by (penalty.Key:
+// IPv4, also IPv4-mapped IPv6, whole; IPv6 by its /64; no zone), so that a penalty's
+// strike reaches every connection the penalty covers.
+func Key(a netip.Addr) netip.Addr { return penalty.Key(a) }
 
 func (t *Table) shard(k netip.Addr) *shard {
 	b := k.As16()

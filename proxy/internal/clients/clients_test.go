@@ -125,6 +125,34 @@ func TestStrikeEndsOnlyThatAddress(t *testing.T) {
 	}
 }
 
+// TestStrikeCoversPenaltyKey: a strike ends the connections of every address the penalty
+// covers, which is an IPv6 address's whole /64: an IPv6 client rotating its source
+// address within its /64 must not keep pre-opened connections through a penalty of the
+// address that got the verdict.
+func TestStrikeCoversPenaltyKey(t *testing.T) {
+	tab := New(Limits{})
+	e := &ender{}
+	addrs := []string{
+		"2001:db8::1",
+		"2001:db8::2:3",    // same /64
+		"2001:db8:0:1::1",  // another /64
+		"::ffff:192.0.2.1", // IPv4-mapped
+		"192.0.2.2",        // another IPv4 address
+	}
+	hs := make([]Hold, len(addrs))
+	for i, a := range addrs {
+		if !tab.Open(&hs[i], netip.MustParseAddr(a), e) {
+			t.Fatalf("%s refused", a)
+		}
+	}
+	if n := tab.Strike(netip.MustParseAddr("2001:db8::1")); n != 2 {
+		t.Fatalf("a strike of 2001:db8::1 ended %d connections, want the 2 of its /64", n)
+	}
+	if n := tab.Strike(netip.MustParseAddr("192.0.2.1")); n != 1 {
+		t.Fatalf("a strike of 192.0.2.1 ended %d connections, want 1", n)
+	}
+}
+
 // TestPerRequestAllocs: the per-request calls allocate nothing.
 func TestPerRequestAllocs(t *testing.T) {
 	tab := New(Limits{Requests: 100, Tunnels: 100})
