@@ -39,18 +39,8 @@ func endsWithin(t *testing.T, what string, c net.Conn, d time.Duration) {
 	}
 }
 
-// parkedConns counts the fast path's connections the parker holds.
-func parkedConns(s *Server) int {
-	s.h1.mu.Lock()
-	defer s.h1.mu.Unlock()
-	n := 0
-	for c := range s.h1.m {
-		if c.state.Load() == h1Parked {
-			n++
-		}
-	}
-	return n
-}
+// parkedConns counts the connections the parker holds (sleeping plain ones included).
+func parkedConns(s *Server) int { return s.parker.parkedNow() }
 
 // TestStrikeEndsHeldConnections: an abuse verdict against an address ends, within 2 s,
 // every connection it holds on every TCP protocol: parked ones (plain and TLS HTTP/1.1,

@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -59,13 +58,16 @@ import (
 // closeIdle and closeAll claim parked ones instead of closing them).
 
 // parkee is what the parker holds: a connection that waits for its client without a
-// goroutine or a buffer. The parker knows it by its socket (rawConn), its record
+// goroutine or a buffer. The parker knows it by its socket (control), its record
 // (parkRec: state, park number, descriptor) and its idle deadline, and gives it back
-// through unparked (readable) or endParked (its end, claimed). h1Conn is one, for the
-// plain HTTP/1.1 fast path and for the HTTP/2 engine's connections (h2serve.go).
+// through unparked (readable) or endParked (its end, claimed). h1Conn is one, for
+// HTTP/1.1 over TLS and for the HTTP/2 engine's connections (h2serve.go); h1Sleeper
+// another, a plain HTTP/1.1 connection in its compact form (h1sleep_linux.go).
 type parkee interface {
 	parkRec() *parkRec
-	rawConn() syscall.RawConn
+	// control runs f with the socket's descriptor, which stays open while f runs; an
+	// error when it is closed.
+	control(f func(fd uintptr)) error
 	// parkedDeadline is when the parker ends the connection for idleness.
 	parkedDeadline() time.Time
 	// unparked serves the connection on once it is readable, on a goroutine the parker
@@ -90,6 +92,9 @@ type parkRec struct {
 
 // parkRec is c's record for the parker.
 func (c *h1Conn) parkRec() *parkRec { return &c.pr }
+
+// control runs f with c's descriptor (syscall.RawConn.Control).
+func (c *h1Conn) control(f func(fd uintptr)) error { return c.rawConn().Control(f) }
 
 // endParked ends c, which its caller claimed from the parker. Over TLS it does so on a
 // goroutine of the h1 wait group: crypto/tls's Close sends close_notify and may wait up
@@ -149,6 +154,10 @@ func (c *h1Conn) shouldPark(err error) bool {
 func (c *h1Conn) park() bool {
 	putReadBuf(c.rbuf)
 	c.rbuf = nil
+	if canSleep && c.sleep(c.pk) { // plain: parked in its compact form (h1sleep_linux.go)
+		parkedTotal.Add(1)
+		return true
+	}
 	c.dropTLSBuffers()
 	if !c.pk.park(c) {
 		return false

@@ -118,13 +118,14 @@ func newParker(s *Server) (*parker, error) {
 }
 
 // park registers c, whose serving goroutine is about to end; false when the connection
-// is not in its awake state any more (Shutdown closed it), the parker stopped, or the
-// registration failed (c is then as it was).
+// is not in its awake state any more (Shutdown closed it), the server drains (checked
+// under mu: endSleepers, which runs after draining is set, then finds every sleeper
+// that parked), the parker stopped, or the registration failed (c is then as it was).
 func (p *parker) park(c parkee) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rec := c.parkRec()
-	if p.stopped || !rec.state.CompareAndSwap(rec.awake, h1Parked) {
+	if p.stopped || p.s.draining.Load() || !rec.state.CompareAndSwap(rec.awake, h1Parked) {
 		return false
 	}
 	// From here c is h1Parked: closeIdle and closeAll claim it (under mu) instead of
@@ -132,7 +133,7 @@ func (p *parker) park(c parkee) bool {
 	p.seq++
 	seq := p.seq
 	var fd int
-	err := c.rawConn().Control(func(d uintptr) {
+	err := c.control(func(d uintptr) {
 		fd = int(d)
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd), Pad: int32(uint32(seq))}
 		err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
@@ -191,7 +192,7 @@ func (p *parker) unregister(c parkee, to int32) bool {
 	}
 	// The descriptor is open (a parked connection is closed only by its claimer, after
 	// this), so DEL cannot hit another connection's registration; Control makes sure.
-	_ = c.rawConn().Control(func(fd uintptr) {
+	_ = c.control(func(fd uintptr) {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	})
 	if p.byFd[rec.fd] == c {
@@ -299,7 +300,7 @@ func (p *parker) run() {
 func (p *parker) pending(c parkee) bool {
 	var b [1]byte
 	n := 0
-	_ = c.rawConn().Control(func(fd uintptr) {
+	_ = c.control(func(fd uintptr) {
 		for {
 			var err error
 			n, _, err = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)

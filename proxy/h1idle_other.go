@@ -18,3 +18,9 @@ func (*parker) stop()             {}
 func (*parker) park(parkee) bool  { return false }
 func (*parker) claim(parkee) bool { return false }
 func (*parker) parkedNow() int    { return 0 }
+func (*parker) endSleepers()      {}
+
+// canSleep: nothing parks, so nothing sleeps (h1sleep_linux.go).
+const canSleep = false
+
+func (*h1Conn) sleep(*parker) bool { return false }

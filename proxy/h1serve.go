@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -49,6 +50,15 @@ const (
 	// h1ParkAfter-h1IdleSlack and h1ParkAfter gives its read buffer back and waits without
 	// a goroutine (h1idle.go).
 	h1ParkAfter = 2 * time.Second
+	// h1ParkSoon replaces h1ParkAfter while more than Server.parkCrowd goroutines run:
+	// the runtime never frees a goroutine's record (about 400 B), so the most goroutines
+	// that ever ran at once stay paid for; a burst of connections that all waited
+	// h1ParkAfter on a goroutine each before parking would leave as many records behind
+	// as there were connections. Connections that send their next request within
+	// h1ParkSoon never park.
+	h1ParkSoon = 10 * time.Millisecond
+	// h1ParkCrowd is Server.parkCrowd's default.
+	h1ParkCrowd = 256
 )
 
 const (
@@ -57,6 +67,7 @@ const (
 	h1Active               // reading or serving a request
 	h1Closing              // Shutdown closed it
 	h1Parked               // the parker holds it; it has no goroutine (h1idle.go)
+	h1Asleep               // it went on as a sleeper (h1sleep_linux.go): nobody's now
 )
 
 // h1NewGrace is how long Shutdown leaves a new connection that has sent nothing yet
@@ -81,8 +92,9 @@ type h1Conn struct {
 	trusted bool
 	raw     syscall.RawConn // the client's TCP connection, for peerHungUp; set lazily
 
-	dlIdle  bool      // the read deadline set is the idle one, set at dlSetAt
-	dlSetAt time.Time // when the idle deadline was set
+	dlIdle  bool          // the read deadline set is the idle one, set at dlSetAt
+	dlSetAt time.Time     // when the idle deadline was set
+	dlWait  time.Duration // and for how long
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
@@ -209,6 +221,9 @@ func (set *h1Set) closeAll() {
 					break
 				}
 				continue // unparked meanwhile: it has a goroutine again
+			}
+			if st == h1Asleep {
+				break // its sleeper is the parker's (endSleepers)
 			}
 			if c.state.CompareAndSwap(st, h1Closing) {
 				c.closeConn()
@@ -360,12 +375,17 @@ func (c *h1Conn) run() (handoff bool) {
 	}
 	c.ip = clientIP(c.cc.RemoteAddr().String())
 	c.trusted = s.isTrusted(c.ip)
-	if pk := s.parker; pk != nil && s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
+	c.setParkable()
+	c.rbuf = getReadBuf()
+	return c.loop()
+}
+
+// setParkable makes c park when idle, where the server parks and c can.
+func (c *h1Conn) setParkable() {
+	if pk := c.s.parker; pk != nil && c.s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
 		c.parkable, c.pk = true, pk
 		c.pr = parkRec{state: &c.state, awake: h1Idle}
 	}
-	c.rbuf = getReadBuf()
-	return c.loop()
 }
 
 // loop serves requests until the connection closes, is handed off (true) or parks.
@@ -595,7 +615,7 @@ func (c *h1Conn) readHead() int {
 			if s.draining.Load() {
 				return h1Close
 			}
-			if !c.dlIdle || time.Since(c.dlSetAt) >= h1IdleSlack {
+			if c.idleDeadlineStale() {
 				c.setIdleDeadline()
 			}
 			c.markRecords()
@@ -668,9 +688,20 @@ func (c *h1Conn) setIdleDeadline() {
 	d := c.s.cfg.IdleTimeout
 	if c.parkable {
 		d = h1ParkAfter
+		if runtime.NumGoroutine() > c.s.parkCrowd {
+			d = h1ParkSoon
+		}
 	}
+	c.dlWait = d
 	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(d))
 	c.dlIdle = true
+}
+
+// idleDeadlineStale reports whether the idle deadline set last is old enough to be
+// renewed: after h1IdleSlack, or half its wait when that is shorter (h1ParkSoon), so a
+// connection busy for longer than its wait is not taken for idle.
+func (c *h1Conn) idleDeadlineStale() bool {
+	return !c.dlIdle || time.Since(c.dlSetAt) >= min(h1IdleSlack, c.dlWait/2)
 }
 
 // activate marks the connection busy; false when Shutdown closed it meanwhile.

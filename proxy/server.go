@@ -213,6 +213,9 @@ type Server struct {
 	// parker holds idle plain HTTP/1.1 connections without a goroutine (h1idle.go); nil
 	// where nothing parks. Serve sets it before it accepts anything.
 	parker *parker
+	// parkCrowd: with more goroutines than this, idle connections park after
+	// h1ParkSoon (h1serve.go); tests lower it.
+	parkCrowd int
 	// ownH2 serves HTTP/2 with proxy/internal/h2 (unless a test chose net/http's, Config.stdH2);
 	// h2 tracks those connections (h2serve.go).
 	ownH2 bool
@@ -295,6 +298,7 @@ func New(cfg Config) (*Server, error) {
 		ownH2:     !cfg.stdH2,
 		h1Off:     cfg.h1Off,
 		bodyBound: max(cfg.RequestBuffer, 0),
+		parkCrowd: h1ParkCrowd,
 	}
 	if cfg.RequestBuffer == 0 {
 		s.bodyBound = defaultRequestBuffer
@@ -602,6 +606,7 @@ func (s *Server) closeNow() {
 	s.closeHTTP3()
 	s.closeListeners()
 	s.h1.closeAll()
+	s.parker.endSleepers()
 	s.tunnels.closeAll()
 	s.up.CloseIdle()
 }
@@ -628,14 +633,23 @@ func (s *Server) closeTCPListeners() {
 func (s *Server) shutdownH1(ctx context.Context) {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	for s.h1.closeIdle() > 0 {
+	for s.closeIdleH1() > 0 {
 		select {
 		case <-ctx.Done():
 			s.h1.closeAll()
+			s.parker.endSleepers()
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// closeIdleH1 closes the fast path's idle connections, sleeping ones too
+// (h1sleep_linux.go), and reports how many of its connections are left.
+func (s *Server) closeIdleH1() int {
+	n := s.h1.closeIdle()
+	s.parker.endSleepers()
+	return n
 }
 
 // mustStdLogAt adapts l to the *log.Logger net/http wants, at level lvl: the server's own

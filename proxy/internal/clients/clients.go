@@ -172,6 +172,32 @@ func (h *Hold) Close() {
 	}
 }
 
+// Move hands h's place to to, which must be zero, and makes Strike end it through end
+// from then on; h is left zero. A zero or closed h moves nothing (to stays zero). The
+// place keeps its position in the address's list and counts: a connection that changes
+// its form (proxy's idle HTTP/1.1 connections, compacted while parked and rebuilt when
+// they wake) keeps its budget without giving it back and taking it again. Only h's owner
+// may move it, with no request or tunnel of its own in flight.
+func (h *Hold) Move(to *Hold, end Ender) {
+	e := h.e
+	if e == nil || h.closed.Load() {
+		return
+	}
+	sh := e.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	to.e, to.end, to.prev, to.next = e, end, h.prev, h.next
+	if h.prev != nil {
+		h.prev.next = to
+	} else {
+		e.live = to
+	}
+	if h.next != nil {
+		h.next.prev = to
+	}
+	h.e, h.end, h.prev, h.next = nil, nil, nil, nil
+}
+
 // Addr is the address (its key: an IPv6 address's /64) h counts against; the zero Addr
 // for a zero Hold.
 func (h *Hold) Addr() netip.Addr {

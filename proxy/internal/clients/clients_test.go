@@ -228,3 +228,48 @@ func BenchmarkRequest(b *testing.B) {
 		}
 	}
 }
+
+// TestMove: a moved place keeps its count and its place in the list; Strike then ends
+// the new owner, Close of the old one does nothing, Close of the new one gives it back.
+func TestMove(t *testing.T) {
+	tab := New(Limits{Conns: 2})
+	a := netip.MustParseAddr("192.0.2.7")
+	var first, second, moved Hold
+	e1, e2, e3 := &ender{}, &ender{}, &ender{}
+	if !tab.Open(&first, a, e1) || !tab.Open(&second, a, e2) {
+		t.Fatal("opening two connections under a budget of two failed")
+	}
+	first.Move(&moved, e3)
+	if first.Held() || !moved.Held() {
+		t.Fatalf("after the move: old holds %v (want false), new holds %v (want true)", first.Held(), moved.Held())
+	}
+	if got := tab.Usage(a).Conns; got != 2 {
+		t.Fatalf("a move changed the count to %d, want 2", got)
+	}
+	first.Close() // the old one is zero: nothing
+	if got := tab.Usage(a).Conns; got != 2 {
+		t.Fatalf("closing the moved-from hold changed the count to %d", got)
+	}
+	if n := tab.Strike(a); n != 2 {
+		t.Fatalf("Strike ended %d connections, want 2", n)
+	}
+	if e1.n.Load() != 0 || e2.n.Load() != 1 || e3.n.Load() != 1 {
+		t.Fatalf("Strike reached old %d, other %d, new %d times; want 0, 1, 1", e1.n.Load(), e2.n.Load(), e3.n.Load())
+	}
+	// Moved back and forth, the list stays whole: the head (second, opened last) moves too.
+	var back Hold
+	second.Move(&back, e2)
+	moved.Close()
+	if got := tab.Usage(a).Conns; got != 1 {
+		t.Fatalf("after closing the moved hold the address holds %d, want 1", got)
+	}
+	back.Close()
+	if tab.Len() != 0 {
+		t.Fatal("entry left after every hold closed")
+	}
+	var zero, dst Hold
+	zero.Move(&dst, e1)
+	if dst.Held() {
+		t.Fatal("moving a zero hold made a holding one")
+	}
+}

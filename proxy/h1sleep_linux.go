@@ -1,0 +1,228 @@
+package proxy
+
+import (
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/serve-zone/ingress/internal/rawnet"
+	"github.com/serve-zone/ingress/proxy/internal/clients"
+	"github.com/serve-zone/ingress/stats"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Plain HTTP/1.1 connections park in a compact form: they sleep.
+//
+// A plain HTTP/1.1 connection that parks holds nothing the next request needs but its
+// socket, its client's place in the budgets and its accounting: no TLS state, no bytes
+// (it parks only with nothing read and unanswered), no upstream. Its Go objects cost
+// more than that: the h1Conn, the clientConn, rawnet's wrapper, net's TCPConn, netFD
+// and addresses (1.1 KiB of heap), and the runtime's poll descriptor beside them (a
+// quarter KiB the runtime never frees while the descriptor is open). So the parker holds
+// an h1Sleeper instead (about 130 B with its places in the parker's tables):
+//
+//   - At the park (sleep), the socket's descriptor is duplicated and Go's connection is
+//     closed; the duplicate keeps the socket open, so the client sees nothing. The
+//     connection's place in its address's budgets moves to the sleeper
+//     (clients.Hold.Move), its bytes are flushed to its last hostname, and it leaves
+//     the fast path's set (Shutdown reaches sleepers through the parker: endSleepers).
+//   - Readable again, the sleeper wakes on a goroutine the parker starts (the server's
+//     h1 wait group): net.FileConn rebuilds the connection from the descriptor, the
+//     budget's place moves back, and the fast path serves on as on any idle connection
+//     (a dozen system calls, a few microseconds: paid once per wake of a connection that
+//     was idle for at least h1ParkSoon).
+//   - The idle timeout, a hang-up, Shutdown and the parker's stop close it like any
+//     parked connection; an abuse verdict (clients.Table.Strike reaches it through its
+//     place) resets it, whether it sleeps, is being put to sleep or is waking.
+//
+// States (sl.state): h1Idle while its owner puts it to sleep or wakes it, h1Parked while
+// the parker holds it, h1Closing once someone ended it, h1Active once it woke into a
+// connection (woken), to which a late strike is passed on.
+
+// h1Sleeper is a parked plain HTTP/1.1 connection in its compact form.
+type h1Sleeper struct {
+	pr    parkRec
+	state atomic.Int32
+	fd    int32 // the socket's duplicate descriptor, the sleeper's own
+	// counted: the connection was counted under a hostname (connAttribution).
+	counted bool
+	// idleAt is when its idle wait began (h1Conn.dlSetAt), since the parker's epoch.
+	idleAt   time.Duration
+	hold     clients.Hold
+	lastHost *stats.Host // the hostname its next unclaimed bytes go to (clientConn.lastHost)
+	s        *Server
+	// woken is the connection it became, for a strike that chose the sleeper before its
+	// place moved on.
+	woken atomic.Pointer[clientConn]
+}
+
+// canSleep: plain HTTP/1.1 connections sleep where they park.
+const canSleep = true
+
+// sleep parks c, an idle plain HTTP/1.1 connection with nothing read, as a sleeper. It
+// reports whether the connection is not c's any more (asleep, ended, or served on as
+// another connection); false when nothing changed: c is as it was and parks as an
+// h1Conn or closes (Shutdown got to it first: state h1Closing).
+func (c *h1Conn) sleep(pk *parker) bool {
+	cc := c.cc
+	if c.secure || c.h2c != nil || len(cc.pending) > 0 || c.r != c.w || c.ho != c.s.hoHTTP {
+		return false
+	}
+	fd := -1
+	if err := c.control(func(d uintptr) {
+		r, _, e := unix.RawSyscall(unix.SYS_FCNTL, d, unix.F_DUPFD_CLOEXEC, 0)
+		if e == 0 {
+			fd = int(r)
+		}
+	}); err != nil || fd < 0 {
+		return false
+	}
+	if !c.state.CompareAndSwap(h1Idle, h1Asleep) {
+		_ = unix.Close(fd) // Shutdown closed c meanwhile
+		return false
+	}
+	s := c.s
+	cc.flushTail(s, true)
+	sl := &h1Sleeper{fd: int32(fd), counted: cc.counted.Load(), idleAt: c.dlSetAt.Sub(pk.epoch),
+		lastHost: cc.lastHost, s: s}
+	sl.pr = parkRec{state: &sl.state, awake: h1Idle}
+	sl.state.Store(h1Idle)
+	cc.hold.Move(&sl.hold, sl)
+	s.h1.remove(c)
+	cc.h1.Store(nil)
+	_ = cc.Conn.Close() // Go's descriptor and poll registration; the socket stays open
+	if pk.park(sl) {
+		return true
+	}
+	// Not parked: ended by a strike meanwhile, Shutdown, or the registration failed.
+	switch {
+	case sl.state.Load() == h1Closing:
+		sl.close(true)
+	case s.draining.Load():
+		sl.state.Store(h1Closing)
+		sl.close(false)
+	default:
+		sl.wake(false) // serve on, without parking again
+	}
+	return true
+}
+
+func (sl *h1Sleeper) parkRec() *parkRec { return &sl.pr }
+
+// control runs f with the sleeper's descriptor, which only its claimer closes.
+func (sl *h1Sleeper) control(f func(fd uintptr)) error {
+	f(uintptr(sl.fd))
+	return nil
+}
+
+func (sl *h1Sleeper) parkedDeadline() time.Time {
+	return sl.s.parker.epoch.Add(sl.idleAt + sl.s.cfg.IdleTimeout)
+}
+
+// unparked wakes the readable sleeper on a goroutine the parker started.
+func (sl *h1Sleeper) unparked() { sl.wake(true) }
+
+// endParked closes the claimed sleeper: idle timeout, hang-up, Shutdown, stop.
+func (sl *h1Sleeper) endParked(bool) { sl.close(false) }
+
+// End ends the connection for abuse (clients.Ender, from any goroutine) without
+// blocking: asleep, it is claimed and reset here; while its owner puts it to sleep or
+// wakes it, the owner resets it; woken, the connection it became is ended.
+func (sl *h1Sleeper) End() {
+	for {
+		switch sl.state.Load() {
+		case h1Parked:
+			if sl.s.parker.claim(sl) {
+				sl.close(true)
+				return
+			}
+		case h1Idle:
+			if sl.state.CompareAndSwap(h1Idle, h1Closing) {
+				return
+			}
+		case h1Active:
+			if cc := sl.woken.Load(); cc != nil {
+				cc.End()
+			}
+			return
+		default:
+			return
+		}
+	}
+}
+
+// close ends the sleeper's connection (reset: for abuse), gives its place back and
+// counts it closed. Its caller owns it (claimed, or never parked).
+func (sl *h1Sleeper) close(reset bool) {
+	fd := int(sl.fd)
+	if reset {
+		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	}
+	_ = unix.Close(fd)
+	sl.hold.Close()
+	sl.s.totals.Conn(stats.ProtoHTTP1, -1)
+}
+
+// wake rebuilds the connection from the sleeper and serves it on the fast path (on a
+// goroutine of the server's h1 wait group); parkable false: it does not park again.
+func (sl *h1Sleeper) wake(parkable bool) {
+	s := sl.s
+	f := os.NewFile(uintptr(sl.fd), "")
+	nc, err := net.FileConn(f) // its own duplicate, registered with Go's poller
+	_ = f.Close()
+	if err != nil {
+		s.log.Warn("a parked connection could not be woken; it is closed", zap.Error(err))
+		sl.hold.Close()
+		s.totals.Conn(stats.ProtoHTTP1, -1)
+		return
+	}
+	cc := &clientConn{Conn: rawnet.Wrap(nc), s: s, lastHost: sl.lastHost}
+	cc.proto.Store(uint32(stats.ProtoHTTP1))
+	cc.counted.Store(sl.counted)
+	c := &h1Conn{s: s, cc: cc, ho: s.hoHTTP, started: time.Now(), served: 1}
+	c.state.Store(h1Idle)
+	cc.h1.Store(c)
+	sl.hold.Move(&cc.hold, cc)
+	sl.woken.Store(cc)
+	if !sl.state.CompareAndSwap(h1Idle, h1Active) {
+		cc.resetOnClose() // struck while waking
+		_ = cc.Close()
+		s.totals.Conn(stats.ProtoHTTP1, -1)
+		return
+	}
+	// This goroutine belongs to the h1 wait group (the parker's, or the one that put
+	// the connection to sleep), as the set's members must.
+	if !s.h1.add(c) {
+		_ = cc.Close()
+		s.totals.Conn(stats.ProtoHTTP1, -1)
+		return
+	}
+	c.ip = clientIP(cc.RemoteAddr().String())
+	c.trusted = s.isTrusted(c.ip)
+	if parkable {
+		c.setParkable()
+	}
+	c.rbuf = getReadBuf()
+	c.finish(c.loop())
+}
+
+// endSleepers claims and closes every sleeping connection (Shutdown's drain, closeNow):
+// they are idle, and not in the fast path's set.
+func (p *parker) endSleepers() {
+	if p == nil {
+		return
+	}
+	var left []*h1Sleeper
+	p.mu.Lock()
+	for _, c := range p.byFd {
+		if sl, ok := c.(*h1Sleeper); ok && p.unregister(sl, h1Closing) {
+			left = append(left, sl)
+		}
+	}
+	p.mu.Unlock()
+	for _, sl := range left {
+		sl.close(false)
+	}
+}
