@@ -56,7 +56,7 @@ const (
 	// h1ParkAfter on a goroutine each before parking would leave as many records behind
 	// as there were connections. Connections that send their next request within
 	// h1ParkSoon never park.
-	h1ParkSoon = 10 * time.Millisecond
+	h1ParkSoon = 50 * time.Millisecond
 	// h1ParkCrowd is Server.parkCrowd's default.
 	h1ParkCrowd = 256
 )
