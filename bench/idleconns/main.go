@@ -2,14 +2,18 @@
 // request on each, reads the response, and then holds every connection open and idle so the
 // harness (bench/compare) can read the proxy's memory with that many idle clients. With -tls
 // the connections are HTTP/1.1 over TLS, with -h2 HTTP/2 over TLS (one connection per
-// client, one request on stream 1); the proxy's certificate is not checked (loopback, a
-// self-signed benchmark certificate), and every connection makes a full handshake.
+// client, one request on stream 1), with -h3 HTTP/3 over QUIC (quic-go's http3.Transport, one
+// per connection, each QUIC connection on a UDP socket of its own, one request each; no
+// keep-alive PINGs: the client offers a 5-minute QUIC idle timeout, so the server's decides,
+// see h3.go). The proxy's certificate is not checked (loopback, a self-signed benchmark
+// certificate), and every connection makes a full handshake. 16 dialers open the connections.
 //
 // It prints "ready N" on stdout once N connections have completed their request, then holds
 // them until SIGTERM or SIGINT arrives or -hold elapses, whichever comes first. It never holds
-// longer than -hold, so a harness that dies cannot leave it running for long.
-//
-// Only the standard library is used.
+// longer than -hold, so a harness that dies cannot leave it running for long. With -h3 it
+// prints "still open N of M" on stderr when the hold ends, so that a proxy that closed idle
+// QUIC connections during the hold shows in the harness's log. Every connection needs a file
+// descriptor (a TCP or a UDP socket): the caller raises `ulimit -n` above -n.
 package main
 
 import (
@@ -23,6 +27,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"sync"
 	"syscall"
@@ -39,15 +44,21 @@ func main() {
 	hold := flag.Duration("hold", 60*time.Second, "longest time to hold the connections")
 	useTLS := flag.Bool("tls", false, "HTTP/1.1 over TLS (ALPN http/1.1)")
 	useH2 := flag.Bool("h2", false, "HTTP/2 over TLS (ALPN h2)")
+	useH3 := flag.Bool("h3", false, "HTTP/3 over QUIC (UDP at -addr)")
 	flag.Parse()
 	m := plain
-	switch {
-	case *useTLS && *useH2:
-		log.Fatal("idleconns: -tls and -h2 exclude each other")
-	case *useTLS:
-		m = overTLS
-	case *useH2:
-		m = h2
+	kinds := 0
+	for _, k := range []struct {
+		on bool
+		m  mode
+	}{{*useTLS, overTLS}, {*useH2, h2}, {*useH3, h3}} {
+		if k.on {
+			m = k.m
+			kinds++
+		}
+	}
+	if kinds > 1 {
+		log.Fatal("idleconns: -tls, -h2 and -h3 exclude each other")
 	}
 	conns, err := open(m, *addr, *host, *path, *n)
 	defer func() {
@@ -64,15 +75,20 @@ func main() {
 	ctx, cancel := context.WithTimeout(ctx, *hold)
 	defer cancel()
 	<-ctx.Done()
+	if m == h3 {
+		fmt.Fprintf(os.Stderr, "still open %d of %d\n", stillOpen(conns), len(conns))
+	}
 }
 
-// mode is how the connections speak: plain HTTP/1.1, HTTP/1.1 over TLS, HTTP/2 over TLS.
+// mode is how the connections speak: plain HTTP/1.1, HTTP/1.1 over TLS, HTTP/2 over TLS,
+// HTTP/3 over QUIC.
 type mode int
 
 const (
 	plain mode = iota
 	overTLS
 	h2
+	h3
 )
 
 func open(m mode, addr, host, path string, n int) ([]io.Closer, error) {
@@ -95,6 +111,8 @@ func open(m mode, addr, host, path string, n int) ([]io.Closer, error) {
 				switch m {
 				case h2:
 					conns[i], errs[i] = openH2(addr, host, path)
+				case h3:
+					conns[i], errs[i] = openH3(addr, host, path)
 				default:
 					conns[i], errs[i] = openOne(m, addr, host, req)
 				}
