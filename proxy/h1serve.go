@@ -688,7 +688,7 @@ func (c *h1Conn) setIdleDeadline() {
 	d := c.s.cfg.IdleTimeout
 	if c.parkable {
 		d = h1ParkAfter
-		if runtime.NumGoroutine() > c.s.parkCrowd {
+		if c.s.crowded() {
 			d = h1ParkSoon
 		}
 	}
@@ -696,6 +696,10 @@ func (c *h1Conn) setIdleDeadline() {
 	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(d))
 	c.dlIdle = true
 }
+
+// crowded reports whether more than parkCrowd goroutines run: idle connections then
+// park after h1ParkSoon.
+func (s *Server) crowded() bool { return runtime.NumGoroutine() > s.parkCrowd }
 
 // idleDeadlineStale reports whether the idle deadline set last is old enough to be
 // renewed: after h1IdleSlack, or half its wait when that is shorter (h1ParkSoon), so a

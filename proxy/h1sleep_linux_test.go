@@ -248,3 +248,95 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// TestSleepersWakeAll: 2,000 sleeping connections (500 under the race detector) woken
+// at once each get the answer to their own request; a sleeper sent half a head wakes and
+// waits for the rest, one sent two pipelined requests in one segment answers both in
+// order; all sleep again, hold no goroutine, and leave no descriptor once closed.
+func TestSleepersWakeAll(t *testing.T) {
+	skipUnlessParking(t)
+	n := 2000
+	if raceEnabled {
+		n = 500
+	}
+	e := newEnv(t, func(c *Config) {
+		c.IdleTimeout = 30 * time.Second
+		c.MaxConnsPerClient = -1
+		c.ResponseHeaderTimeout = 30 * time.Second // every woken request reaches the target at once
+	})
+	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
+	e.srv.parkCrowd = 0
+	fds := openFDs(t)
+	clients := make([]*rawClient, n)
+	for i := range clients {
+		clients[i] = newRawClient(t, e.http)
+		_ = clients[i].c.SetDeadline(time.Now().Add(60 * time.Second))
+		clients[i].send(get1(fmt.Sprintf("/first/%d", i)))
+	}
+	for i, rc := range clients {
+		if res, body := rc.read("GET"); res.StatusCode != 200 || body != echoed("GET", fmt.Sprintf("/first/%d", i), "") {
+			t.Fatalf("connection %d: %d %q", i, res.StatusCode, body)
+		}
+	}
+	waitUntil := func(what string, cond func() bool) { t.Helper(); testwait.Until(t, 30*time.Second, what, cond) }
+	waitUntil("every connection asleep", func() bool { return sleepers(e.srv) == n })
+	if g := h1Goroutines(); g != 0 {
+		t.Fatalf("%d goroutines serve connections with all %d asleep", g, n)
+	}
+
+	// Half a head, to a sleeper.
+	half := clients[0]
+	head := get1("/half")
+	half.send(head[:len(head)/2])
+	// Two requests in one segment, to another.
+	two := clients[1]
+	two.send(get1("/one") + get1("/two"))
+	for _, p := range []string{"/one", "/two"} {
+		if res, body := two.read("GET"); res.StatusCode != 200 || body != echoed("GET", p, "") {
+			t.Fatalf("pipelined %s to a sleeper: %d %q", p, res.StatusCode, body)
+		}
+	}
+	half.send(head[len(head)/2:])
+	if res, body := half.read("GET"); res.StatusCode != 200 || body != echoed("GET", "/half", "") {
+		t.Fatalf("a head sent in two halves to a sleeper: %d %q", res.StatusCode, body)
+	}
+
+	// Everyone at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i, rc := range clients {
+		wg.Go(func() {
+			<-start
+			path := fmt.Sprintf("/wake/%d", i)
+			if _, err := io.WriteString(rc.c, get1(path)); err != nil {
+				errs <- err
+				return
+			}
+			res, err := http.ReadResponse(rc.br, &http.Request{Method: "GET"})
+			if err != nil {
+				errs <- fmt.Errorf("connection %d: %w", i, err)
+				return
+			}
+			b, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil || string(b) != echoed("GET", path, "") {
+				errs <- fmt.Errorf("connection %d: %q %v; want the echo of %s", i, b, err, path)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitUntil("every connection asleep again", func() bool { return sleepers(e.srv) == n })
+	for _, rc := range clients {
+		_ = rc.c.Close()
+	}
+	waitUntil("every connection closed", func() bool {
+		e.srv.up.CloseIdle()
+		return e.openH1() == 0 && sleepers(e.srv) == 0 && openFDs(t) == fds
+	})
+}

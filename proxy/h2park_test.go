@@ -627,3 +627,21 @@ func TestH2ParkedCloseRace(t *testing.T) {
 		}
 	}
 }
+
+// TestH2CrowdParksSoon: with more goroutines than Server.parkCrowd, an HTTP/2
+// connection without streams parks after h1ParkSoon, as an HTTP/1.1 one does, and still
+// answers with its own answers after.
+func TestH2CrowdParksSoon(t *testing.T) {
+	skipUnlessParking(t)
+	e := parkEnv(t)
+	e.srv.parkCrowd = 0
+	p := dialH2Peer(t, e, false, "crowded")
+	parks := parkedTotal.Load()
+	p.check(p.get("/a"), "/a")
+	start := time.Now()
+	waitParked(t, e, 1, parks+1)
+	if d := time.Since(start); d >= h1ParkAfter {
+		t.Fatalf("an idle HTTP/2 connection parked after %s in a crowd, want about %s", d, h1ParkSoon)
+	}
+	p.check(p.get("/b"), "/b")
+}

@@ -89,6 +89,11 @@ type Config struct {
 	// connection holds no goroutine and no buffer until the caller calls Resume. Zero:
 	// connections never park.
 	ParkAfter time.Duration
+	// ParkSoon, when positive and shorter than ParkAfter, replaces it for an idle period
+	// that began while Crowded reported true (the caller's measure of how many
+	// goroutines wait at once: each idle connection that has not parked holds two).
+	ParkSoon time.Duration
+	Crowded  func() bool
 	// EncoderTableSize is the response encoder's HPACK dynamic table (default 4096, the
 	// most RFC 7541 allows without the client's leave, and the client's
 	// SETTINGS_HEADER_TABLE_SIZE lowers it further). A smaller table costs bytes on the

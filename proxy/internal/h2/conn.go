@@ -81,6 +81,9 @@ type Conn struct {
 	resetIDs  *[resetMemory]uint32
 	resetNext int
 	lastIdle  time.Time
+	// parkAfter is how long this idle period waits before the connection parks
+	// (Config.ParkAfter, or ParkSoon when crowded: idleFrom).
+	parkAfter time.Duration
 	// goingAway: a GOAWAY was queued; streams above goawayID are ignored. closing: the
 	// writer ends once its queue is written. dead: the socket is closed.
 	goingAway, closing, dead bool
@@ -149,7 +152,7 @@ func (c *Conn) Serve(ctx context.Context) error {
 	// even read (RFC 9113 §3.4 allows it), and before a GOAWAY that Shutdown or Abort,
 	// called before Serve, queued already: SETTINGS must be the first frame we send.
 	c.mu.Lock()
-	c.lastIdle = time.Now()
+	c.idleFrom(time.Now())
 	early := c.ctrl
 	c.ctrl = append(make([]item, 0, len(early)+2), item{kind: itSettings})
 	if d := c.cfg.ConnWindow - initialWindow; d > 0 {
@@ -479,7 +482,7 @@ func (c *Conn) readTimeout() error {
 		}
 		c.pingOut = false
 		c.dropReuse() // quiet: no parked workers or free streams kept
-		if c.cfg.ParkAfter > 0 && now.Sub(c.lastIdle) >= c.cfg.ParkAfter && c.quiet() {
+		if c.cfg.ParkAfter > 0 && now.Sub(c.lastIdle) >= c.parkAfter && c.quiet() {
 			return errPark // park.go
 		}
 		c.dlSetAt, c.dlIdle = now, true

@@ -434,7 +434,7 @@ func (c *Conn) releaseSlot() {
 	c.slots--
 	if c.slots == 0 {
 		now := time.Now()
-		c.lastIdle = now
+		c.idleFrom(now)
 		if c.goingAway {
 			c.checkDrained()
 			return
@@ -446,7 +446,7 @@ func (c *Conn) releaseSlot() {
 		// after this) go after reuseIdle, or when it parks (park.go).
 		d := min(c.cfg.IdleTimeout, c.cfg.ReadIdleTimeout, reuseIdle)
 		if c.cfg.ParkAfter > 0 {
-			d = min(d, c.cfg.ParkAfter)
+			d = min(d, c.parkAfter)
 		}
 		_ = c.nc.SetReadDeadline(now.Add(d))
 	}

@@ -81,6 +81,15 @@ func (c *Conn) startWriter() {
 	go c.writeLoop()
 }
 
+// idleFrom starts an idle period at now: its park delay is ParkAfter, or ParkSoon when
+// the caller is crowded (c.mu held).
+func (c *Conn) idleFrom(now time.Time) {
+	c.lastIdle, c.parkAfter = now, c.cfg.ParkAfter
+	if s := c.cfg.ParkSoon; s > 0 && s < c.parkAfter && c.cfg.Crowded != nil && c.cfg.Crowded() {
+		c.parkAfter = s
+	}
+}
+
 // idleDeadline is when the read loop of an idle connection wakes up next: to park once
 // ParkAfter is over, else at the end of IdleTimeout (c.mu held).
 func (c *Conn) idleDeadline(now time.Time) time.Time {
@@ -88,7 +97,7 @@ func (c *Conn) idleDeadline(now time.Time) time.Time {
 	if c.cfg.ParkAfter <= 0 || c.goingAway {
 		return end
 	}
-	at := c.lastIdle.Add(c.cfg.ParkAfter)
+	at := c.lastIdle.Add(c.parkAfter)
 	if !at.After(now) {
 		at = now.Add(parkRetry)
 	}
