@@ -51,3 +51,34 @@ func TestParkQueueCompacts(t *testing.T) {
 		t.Fatalf("waits %s, want about %s (the oldest live deadline, rounded up to parkTick)", d, want)
 	}
 }
+
+// TestHandshakesMakeAWave: completed QUIC handshakes count into the memory release's
+// wave like parks (HTTP/3 connections never park): after releaseWave of them a release
+// is in view, due releaseQuiet after the last; without ReleaseIdleMemory none is.
+func TestHandshakesMakeAWave(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		p := &parker{s: &Server{cfg: Config{ReleaseIdleMemory: on}}, epoch: time.Now(), lastRelease: -releaseEvery, wake: -1}
+		for range releaseWave - 1 {
+			p.noteHandshake()
+		}
+		p.mu.Lock()
+		_, early := p.releaseAt()
+		p.mu.Unlock()
+		if early {
+			t.Fatalf("a release in view after %d handshakes, want it after %d", releaseWave-1, releaseWave)
+		}
+		p.noteHandshake()
+		p.mu.Lock()
+		at, ok := p.releaseAt()
+		last := p.lastPark
+		p.mu.Unlock()
+		if ok != on {
+			t.Fatalf("ReleaseIdleMemory %v: release in view %v after %d handshakes", on, ok, releaseWave)
+		}
+		if ok && at != last+releaseQuiet {
+			t.Fatalf("the release is due at %s, want %s (releaseQuiet after the last handshake)", at, last+releaseQuiet)
+		}
+	}
+	var none *parker
+	none.noteHandshake() // nil-safe: no parker where nothing parks
+}

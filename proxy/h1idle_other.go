@@ -19,6 +19,7 @@ func (*parker) park(parkee) bool  { return false }
 func (*parker) claim(parkee) bool { return false }
 func (*parker) parkedNow() int    { return 0 }
 func (*parker) endSleepers()      {}
+func (*parker) noteHandshake()    {}
 
 // canSleep: nothing parks, so nothing sleeps (h1sleep_linux.go).
 const canSleep = false
