@@ -119,6 +119,19 @@ func (s *Server) admitConn(cc *clientConn, raw net.Conn, a netip.Addr) bool {
 	return false
 }
 
+// struckMeanwhile reports whether c's address was penalised between the accept's
+// penalty check and admitConn: a strike ends the connections its address holds in the
+// budgets' table, and c was not in it yet. Checked after the hold is open, so that a
+// strike is seen either here or by the table's Strike, never by neither. Then c goes to
+// the tarpit like any penalised connection and its hold is given back.
+func (s *Server) struckMeanwhile(cc *clientConn, c net.Conn) bool {
+	if !s.refusePenalized(c) {
+		return false
+	}
+	cc.hold.Close()
+	return true
+}
+
 // refused counts a refusal of kind k to client address a and logs it, rate-limited.
 func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 	s.totals.Refusal(k)

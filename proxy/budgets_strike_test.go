@@ -181,3 +181,55 @@ func h2OverTLS(t *testing.T, from netip.Addr, addr string) *h2Cli {
 	}
 	return newH2Cli(t, c)
 }
+
+// TestStruckBetweenCheckAndHold: a connection whose address is penalised after the
+// accept's penalty check but before its hold is open (a strike then misses it in the
+// budgets' table) is refused by the check that follows the hold: tarpitted like any
+// penalised connection, its place given back, not served.
+func TestStruckBetweenCheckAndHold(t *testing.T) {
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialFrom(t, addrB, ln.Addr().String())
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if e.srv.refusePenalized(c) {
+		t.Fatal("refused before any penalty")
+	}
+	// The strike lands here: after the check, before the hold.
+	if _, started := e.srv.penalties.Strike(addrB); !started {
+		t.Fatal("no penalty started")
+	}
+	e.srv.clients.Strike(addrB) // finds nothing of this connection yet
+	cc := &clientConn{Conn: c, s: e.srv}
+	if !e.srv.admitConn(cc, c, addrB) {
+		t.Fatal("admitConn refused a connection under its budget")
+	}
+	if !e.srv.struckMeanwhile(cc, c) {
+		t.Fatal("a connection of an address struck before its hold opened was let through")
+	}
+	if u := e.srv.clients.Usage(addrB); u.Conns != 0 {
+		t.Fatalf("the refused connection still holds %d places", u.Conns)
+	}
+	// Not penalised: let through, hold kept.
+	dialFrom(t, addrA, ln.Addr().String())
+	c2, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	cc2 := &clientConn{Conn: c2, s: e.srv}
+	if !e.srv.admitConn(cc2, c2, addrA) || e.srv.struckMeanwhile(cc2, c2) {
+		t.Fatal("a connection of an unpenalised address refused")
+	}
+	if u := e.srv.clients.Usage(addrA); u.Conns != 1 {
+		t.Fatalf("the admitted connection holds %d places, want 1", u.Conns)
+	}
+	cc2.hold.Close()
+}
