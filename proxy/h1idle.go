@@ -123,6 +123,14 @@ func (c *h1Conn) dropTLSBuffers() {
 	}
 }
 
+// parkTick is the timeout check's granularity: run rounds its wait for the oldest park's
+// deadline up to a multiple of parkTick and then closes everything due, so however many
+// deadlines fall in a second, they cost at most 1/parkTick wake-ups. A parked connection
+// closes at its idle deadline (dlSetAt+IdleTimeout, as when it waited on a goroutine) or
+// up to parkTick later, plus however far park order is from deadline order (connections
+// park h1ParkAfter after their dlSetAt, give or take scheduling), never earlier.
+const parkTick = 250 * time.Millisecond
+
 // parkedTotal counts parks (tests watch it).
 var parkedTotal atomic.Int64
 

@@ -68,6 +68,7 @@ type parker struct {
 	wave        int           // parks since the last release
 	lastRelease time.Duration // since epoch; -releaseEvery at first
 	releasing   bool          // a release goroutine runs
+	tail        bool          // the last release was a wave's: parks after it get one more
 }
 
 // parkEntry is one park in the timeout queue.
@@ -77,21 +78,15 @@ type parkEntry struct {
 	deadline time.Duration // since epoch: when the idle timeout ends
 }
 
-// parkTick is the timeout check's granularity: run rounds its wait for the oldest park's
-// deadline up to a multiple of parkTick and then closes everything due, so however many
-// deadlines fall in a second, they cost at most 1/parkTick wake-ups. A parked connection
-// closes at its idle deadline (dlSetAt+IdleTimeout, as when it waited on a goroutine) or
-// up to parkTick later, plus however far park order is from deadline order (connections
-// park h1ParkAfter after their dlSetAt, give or take scheduling), never earlier.
-const parkTick = 250 * time.Millisecond
-
 // parkBatch is how many events one EpollWait returns at most.
 const parkBatch = 128
 
 // The memory release after a wave of parks (Config.ReleaseIdleMemory): at least
 // releaseWave parks (8 MiB of read buffers back in the pool, and as many goroutine
 // stacks freed) since the last release, none for releaseQuiet, and releaseEvery since
-// the last release.
+// the last release. A wave that a pause of its clients cut in two (a release came
+// before its last parks) gets one more release for its tail, however short, once
+// releaseEvery has passed (parker.tail).
 const (
 	releaseWave  = 1024
 	releaseQuiet = time.Second
@@ -162,7 +157,7 @@ func (p *parker) park(c parkee) bool {
 	p.lastPark = time.Since(p.epoch)
 	p.wave++
 	p.queue = append(p.queue, parkEntry{c: c, seq: seq, deadline: c.parkedDeadline().Sub(p.epoch)})
-	if p.asleep || p.wave == releaseWave && p.s.cfg.ReleaseIdleMemory {
+	if p.asleep || p.releaseInView() {
 		p.asleep = false
 		p.signal() // run waits with no timeout, or without the release in view
 	}
@@ -185,7 +180,7 @@ func (p *parker) noteHandshake() {
 	}
 	p.lastPark = time.Since(p.epoch)
 	p.wave++
-	if p.wave == releaseWave {
+	if p.releaseInView() {
 		p.asleep = false
 		p.signal() // run computes its wait with the release in view
 	}
@@ -415,10 +410,17 @@ func (p *parker) waitMillis() int {
 
 // releaseAt is when the next memory release is due, if one is in view (under mu).
 func (p *parker) releaseAt() (time.Duration, bool) {
-	if !p.s.cfg.ReleaseIdleMemory || p.wave < releaseWave || p.releasing {
+	if !p.s.cfg.ReleaseIdleMemory || p.releasing || p.wave < releaseWave && !(p.tail && p.wave > 0) {
 		return 0, false
 	}
 	return max(p.lastPark+releaseQuiet, p.lastRelease+releaseEvery), true
+}
+
+// releaseInView reports whether the park or handshake just counted brought a release
+// into view (the wave's 1,024th, or a tail's first), so that run computes its wait anew
+// (under mu).
+func (p *parker) releaseInView() bool {
+	return p.s.cfg.ReleaseIdleMemory && (p.wave == releaseWave || p.tail && p.wave == 1)
 }
 
 // releaseDue reports whether a memory release is due now, and then marks it begun
@@ -428,6 +430,7 @@ func (p *parker) releaseDue() bool {
 	if !ok || at > time.Since(p.epoch) {
 		return false
 	}
+	p.tail = p.wave >= releaseWave // a wave's release arms one for its tail, a tail's does not
 	p.wave, p.lastRelease, p.releasing = 0, time.Since(p.epoch), true
 	return true
 }

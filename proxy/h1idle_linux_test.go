@@ -82,3 +82,35 @@ func TestHandshakesMakeAWave(t *testing.T) {
 	var none *parker
 	none.noteHandshake() // nil-safe: no parker where nothing parks
 }
+
+// TestReleaseTail: a wave's release arms one more for the parks that follow it (a wave
+// its clients' pause cut in two), due releaseEvery after the first; that tail's release
+// arms none.
+func TestReleaseTail(t *testing.T) {
+	p := &parker{s: &Server{cfg: Config{ReleaseIdleMemory: true}}, epoch: time.Now().Add(-time.Hour), lastRelease: -releaseEvery, wake: -1}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.wave, p.lastPark = releaseWave, time.Since(p.epoch)-releaseQuiet
+	if !p.releaseDue() || !p.tail {
+		t.Fatal("a wave of releaseWave parks, quiet for releaseQuiet: no release, or no tail armed")
+	}
+	p.releasing = false
+	if _, ok := p.releaseAt(); ok {
+		t.Fatal("a release in view with no park since the last")
+	}
+	p.wave, p.lastPark = 3, time.Since(p.epoch)
+	at, ok := p.releaseAt()
+	if !ok || at != p.lastRelease+releaseEvery {
+		t.Fatalf("the tail's release: in view %v at %s, want releaseEvery (%s) after the wave's at %s", ok, at, releaseEvery, p.lastRelease)
+	}
+	p.lastRelease -= releaseEvery // a minute on
+	p.lastPark -= releaseQuiet
+	if !p.releaseDue() || p.tail {
+		t.Fatal("the tail's release did not come, or armed another")
+	}
+	p.releasing = false
+	p.wave = 5
+	if _, ok := p.releaseAt(); ok {
+		t.Fatal("parks after a tail's release brought another into view")
+	}
+}

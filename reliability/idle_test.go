@@ -186,8 +186,10 @@ func idleMemory(t *testing.T, p *proc, dial func() (net.Conn, error), host strin
 	// it: measured right after that line, Go memory (allocated heap objects and goroutine
 	// stacks) is what is alive, and RSS no longer holds the pages of the burst that
 	// opened the connections (their 8 KiB read buffers and grown stacks, ~100 MiB). A
-	// wave interrupted by a pause releases early and again a minute later: the line
-	// that counts is the one with (nearly) every connection parked.
+	// wave that a pause of more than a second cut in two (idle connections park 50 ms
+	// after their answer when many goroutines run) releases early and again, for its
+	// tail, a minute later: the line that counts is the one with (nearly) every
+	// connection parked.
 	released := p.WaitLineFrom(from, 2*time.Minute, func(m map[string]any) bool {
 		n, _ := m["parked"].(float64)
 		return m["msg"] == "returned idle connections' memory to the OS" && n >= idleConns*99/100

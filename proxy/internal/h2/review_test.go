@@ -146,13 +146,12 @@ func TestEndBeforeServe(t *testing.T) {
 			tc.end(c)
 			served := make(chan error, 1)
 			go func() { served <- c.Serve(context.Background()) }()
-			if _, err := client.Write([]byte(http2.ClientPreface)); err != nil {
-				t.Fatal(err)
-			}
+			// The client's preface and SETTINGS may meet a socket the server already closed
+			// (an aborted connection is not drained: its late bytes get a reset), so a
+			// failed write is no failure; what the server sent before is read below.
+			_, _ = client.Write([]byte(http2.ClientPreface))
 			fr := http2.NewFramer(client, client)
-			if err := fr.WriteSettings(); err != nil {
-				t.Fatal(err)
-			}
+			_ = fr.WriteSettings()
 			_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
 			f, err := fr.ReadFrame()
 			if err != nil {
