@@ -53,6 +53,13 @@
 // falls back to the request itself when there is none. net/http's HTTP/2 server is no
 // front-end of the ingress: the package's differential tests use it as their oracle.
 //
+// Idle connections belong to the parker (h1idle.go, h1idle_linux.go): one epoll goroutine
+// per server holds every HTTP/1.1 and HTTP/2 connection that waited for its client long
+// enough, with no goroutine or buffer of its own; a plain HTTP/1.1 one as a 128-byte
+// sleeper whose Go connection is rebuilt when it wakes (h1sleep_linux.go). Whoever ends a
+// parked connection (idle timeout, hang-up, Shutdown, a strike) claims it from the
+// parker first.
+//
 // Connection-level work (TLS handshake, byte counters, ConnState) lives in conn.go;
 // server.go is cold path. Every accepted connection first passes the penalty check
 // (penalize.go: an address whose HTTP/2 connection was ended for abuse is refused for a
