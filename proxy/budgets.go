@@ -162,7 +162,9 @@ func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 //     it is reset when its owner closes it (SO_LINGER 0). An in-flight HTTP/1.1 request
 //     is not waited for: its response can no longer reach the client. Nothing here
 //     closes the descriptor, which a goroutine inside RawConn.Read may hold
-//     (h1Conn.closeConn).
+//     (h1Conn.closeConn);
+//   - gone to sleep since the strike chose it (an idle plain HTTP/1.1 connection whose
+//     place moved to its h1Sleeper after Strike collected c), its sleeper is ended.
 func (c *clientConn) End() {
 	if h := c.h1.Load(); h != nil && h.claimParked() {
 		h.endAbusive()
@@ -187,6 +189,12 @@ func (c *clientConn) End() {
 		_ = tc.SetLinger(0)
 		_ = tc.CloseRead()
 		_ = tc.CloseWrite()
+		// Gone to sleep (h1sleep_linux.go) after the strike chose c: these calls did
+		// nothing if Go's connection was closed already, and that close came after the
+		// connection's state became h1Asleep, which this load then sees.
+		if h := c.h1.Load(); h != nil && h.state.Load() == h1Asleep {
+			h.asleep.End()
+		}
 		return
 	}
 	_ = nc.Close()

@@ -25,3 +25,8 @@ func (*parker) noteHandshake()    {}
 const canSleep = false
 
 func (*h1Conn) sleep(*parker) bool { return false }
+
+// h1Sleeper is never made here.
+type h1Sleeper struct{}
+
+func (*h1Sleeper) End() {}

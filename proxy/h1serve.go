@@ -104,6 +104,7 @@ type h1Conn struct {
 	pr       parkRec             // the parker's record (h1idle.go)
 	h2c      *h2.Conn            // the HTTP/2 engine's connection, once it serves one (h2serve.go)
 	h2Parked bool                // the engine returned parked: finish hands it to the parker
+	asleep   *h1Sleeper          // what c became in state h1Asleep (h1sleep_linux.go), for End
 	tlsMark  int64               // TLS: record bytes taken from the socket when the idle wait began
 	started  time.Time           // accepted at
 	now      time.Time           // read once per request

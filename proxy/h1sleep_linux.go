@@ -79,19 +79,21 @@ func (c *h1Conn) sleep(pk *parker) bool {
 	}); err != nil || fd < 0 {
 		return false
 	}
-	if !c.state.CompareAndSwap(h1Idle, h1Asleep) {
-		_ = unix.Close(fd) // Shutdown closed c meanwhile
-		return false
-	}
 	s := c.s
-	cc.flushTail(s, true)
 	sl := &h1Sleeper{fd: int32(fd), counted: cc.counted.Load(), idleAt: c.dlSetAt.Sub(pk.epoch),
 		lastHost: cc.lastHost, s: s}
 	sl.pr = parkRec{state: &sl.state, awake: h1Idle}
 	sl.state.Store(h1Idle)
+	// Published by the CAS: a strike that collected cc before its place moved to the
+	// sleeper, and calls cc.End once Go's connection is closed, passes on to it.
+	c.asleep = sl
+	if !c.state.CompareAndSwap(h1Idle, h1Asleep) {
+		_ = unix.Close(fd) // Shutdown closed c meanwhile
+		return false
+	}
+	cc.flushTail(s, true)
 	cc.hold.Move(&sl.hold, sl)
 	s.h1.remove(c)
-	cc.h1.Store(nil)
 	_ = cc.Conn.Close() // Go's descriptor and poll registration; the socket stays open
 	if pk.park(sl) {
 		return true
