@@ -180,6 +180,15 @@ func (sl *h1Sleeper) wake(parkable bool) {
 		s.totals.Conn(stats.ProtoHTTP1, -1)
 		return
 	}
+	if nc.RemoteAddr() == nil {
+		// net.FileConn ignores getpeername's failure: the client reset the connection
+		// since it became readable (a request and a reset at once). Without its
+		// address the connection cannot be served (X-Forwarded-For, net/http).
+		_ = nc.Close()
+		sl.hold.Close()
+		s.totals.Conn(stats.ProtoHTTP1, -1)
+		return
+	}
 	cc := &clientConn{Conn: rawnet.Wrap(nc), s: s, lastHost: sl.lastHost}
 	cc.proto.Store(uint32(stats.ProtoHTTP1))
 	cc.counted.Store(sl.counted)

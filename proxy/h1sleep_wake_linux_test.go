@@ -261,3 +261,41 @@ func TestSleeperAccountingAcrossHosts(t *testing.T) {
 		t.Errorf("connections counted: %d under %s, %d under %s; want 1 and 0", c1, h1Host, c2, other)
 	}
 }
+
+// TestSleeperWakeAfterReset: clients that send a request to a sleeping connection and
+// reset it at once (SO_LINGER 0): the wake may find the socket no longer connected
+// (getpeername fails, so net.FileConn's connection has no remote address). The proxy
+// must close such connections and count them closed, not fail on the missing address;
+// the other sleepers are served on.
+func TestSleeperWakeAfterReset(t *testing.T) {
+	skipUnlessParking(t)
+	e := sleepEnv(t, func(c *Config) { c.MaxConnsPerClient = -1 })
+	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
+	const n = 32
+	rcs := make([]*rawClient, n)
+	parks := parkedTotal.Load()
+	for i := range rcs {
+		rcs[i] = newRawClient(t, e.http)
+		rcs[i].send(get1("/first"))
+		rcs[i].read("GET")
+	}
+	asleepAgain(t, e, n, parks)
+	for _, rc := range rcs[:n/2] {
+		rc.send(get1("/then-reset"))
+		_ = rc.c.(*net.TCPConn).SetLinger(0)
+		_ = rc.c.Close()
+	}
+	for i, rc := range rcs[n/2:] {
+		path := fmt.Sprintf("/still/%d", i)
+		rc.send(get1(path))
+		if res, body := rc.read("GET"); res.StatusCode != 200 || body != echoed("GET", path, "") {
+			t.Fatalf("GET %s: %d %q", path, res.StatusCode, body)
+		}
+	}
+	for _, rc := range rcs[n/2:] {
+		_ = rc.c.Close()
+	}
+	waitFor(t, "all closed and given back", func() bool {
+		return sleepers(e.srv) == 0 && e.openH1() == 0 && e.srv.clients.Usage(addrA).Conns == 0
+	})
+}
