@@ -62,6 +62,8 @@ type parker struct {
 	stopped bool
 	// addFailed: a registration failed and was logged (once per server).
 	addFailed bool
+	// spare is wake's reserve descriptor (h1sleep_linux.go).
+	spare wakeSpare
 
 	// The memory release after a wave of parks (Config.ReleaseIdleMemory).
 	lastPark    time.Duration // since epoch
@@ -109,7 +111,8 @@ func newParker(s *Server) (*parker, error) {
 		_ = unix.Close(epfd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	return &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now(), lastRelease: -releaseEvery}, nil
+	return &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now(), lastRelease: -releaseEvery,
+		spare: wakeSpare{fd: newSpareFD()}}, nil
 }
 
 // park registers c, whose serving goroutine is about to end; false when the connection
@@ -249,6 +252,7 @@ func (p *parker) run() {
 	defer func() {
 		_ = unix.Close(p.wake)
 		_ = unix.Close(p.epfd)
+		p.spare.close()
 	}()
 	events := make([]unix.EpollEvent, parkBatch)
 	var ready, hungUp, expired []parkee // to serve, to close, to end

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -171,9 +173,7 @@ func (sl *h1Sleeper) close(reset bool) {
 // goroutine of the server's h1 wait group); parkable false: it does not park again.
 func (sl *h1Sleeper) wake(parkable bool) {
 	s := sl.s
-	f := os.NewFile(uintptr(sl.fd), "")
-	nc, err := net.FileConn(f) // its own duplicate, registered with Go's poller
-	_ = f.Close()
+	nc, err := s.parker.fileConn(os.NewFile(uintptr(sl.fd), "")) // its own duplicate
 	if err != nil {
 		s.log.Warn("a parked connection could not be woken; it is closed", zap.Error(err))
 		sl.hold.Close()
@@ -236,4 +236,58 @@ func (p *parker) endSleepers() {
 	for _, sl := range left {
 		sl.close(false)
 	}
+}
+
+// wakeSpare is a descriptor the parker keeps in reserve for wake: net.FileConn
+// duplicates the sleeper's descriptor before wake closes it, so a wake holds two for a
+// moment (a connection parked in full needs none to wake). At the descriptor limit
+// (EMFILE, ENFILE) the spare is closed to make room for the duplicate and opened again
+// once the sleeper's own descriptor is closed, so that a sleeper's request is not lost
+// for want of a descriptor; wakes at the limit go one at a time.
+type wakeSpare struct {
+	mu  sync.Mutex
+	fd  int  // an eventfd, or -1
+	off bool // the parker's run ended: no spare is opened again
+}
+
+// newSpareFD opens a spare descriptor; -1 when it cannot.
+func newSpareFD() int {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// close closes the spare for good (the parker's run, as it ends).
+func (sp *wakeSpare) close() {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.fd >= 0 {
+		_ = unix.Close(sp.fd)
+	}
+	sp.fd, sp.off = -1, true
+}
+
+// fileConn is net.FileConn(f), retried in the spare descriptor's room at the
+// descriptor limit; it closes f.
+func (p *parker) fileConn(f *os.File) (net.Conn, error) {
+	nc, err := net.FileConn(f)
+	if err == nil || !errors.Is(err, unix.EMFILE) && !errors.Is(err, unix.ENFILE) {
+		_ = f.Close()
+		return nc, err
+	}
+	sp := &p.spare
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.fd >= 0 {
+		_ = unix.Close(sp.fd)
+		sp.fd = -1
+	}
+	nc, err = net.FileConn(f)
+	_ = f.Close() // the sleeper's descriptor: room for the spare again
+	if !sp.off {
+		sp.fd = newSpareFD()
+	}
+	return nc, err
 }
