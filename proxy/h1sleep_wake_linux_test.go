@@ -299,3 +299,64 @@ func TestSleeperWakeAfterReset(t *testing.T) {
 		return sleepers(e.srv) == 0 && e.openH1() == 0 && e.srv.clients.Usage(addrA).Conns == 0
 	})
 }
+
+// TestSleeperSlowRequestsStayAwake: in a crowd (h1ParkSoon), a client that sends its
+// next request as soon as it has the answer keeps its connection awake whatever the
+// requests take: the idle deadline is renewed once half its wait is gone
+// (idleDeadlineStale), so requests of 10 ms (no renewal, at least 25 ms of wait left)
+// and of 40 ms (renewed) alike never find a deadline that passed while they were served.
+// Every answer is the right one.
+func TestSleeperSlowRequestsStayAwake(t *testing.T) {
+	skipUnlessParking(t)
+	for _, d := range []time.Duration{10 * time.Millisecond, 40 * time.Millisecond} {
+		t.Run(d.String(), func(t *testing.T) {
+			e := sleepEnv(t)
+			tg := newH1Target(t, func(c net.Conn, r *http.Request, body string) bool {
+				time.Sleep(d) // the target's pace
+				return echoAnswer(c, r, body)
+			})
+			e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}})
+			rc := newRawClient(t, e.http)
+			_ = rc.c.SetDeadline(time.Now().Add(30 * time.Second))
+			const n = 20
+			parks := parkedTotal.Load()
+			for i := range n {
+				path := fmt.Sprintf("/slow/%d", i)
+				rc.send(get1(path))
+				if res, body := rc.read("GET"); res.StatusCode != 200 || body != echoed("GET", path, "") {
+					t.Fatalf("GET %s: %d %q", path, res.StatusCode, body)
+				}
+			}
+			// A client on a loaded machine may take longer than 25 ms to send the next
+			// request now and then; a deadline left to pass while requests are served
+			// would park after nearly every one.
+			if p := parkedTotal.Load() - parks; p > n/4 {
+				t.Fatalf("%d requests of %s back to back: the connection parked %d times", n, d, p)
+			}
+		})
+	}
+}
+
+// TestSleeperIdleTimeout: a sleeping connection ends at its idle timeout, counted from
+// the start of its idle wait (not from when it went to sleep), and gives its place and
+// count back.
+func TestSleeperIdleTimeout(t *testing.T) {
+	skipUnlessParking(t)
+	const idle = h1ParkAfter + 500*time.Millisecond
+	e := newEnv(t, func(c *Config) { c.IdleTimeout = idle })
+	e.srv.parkCrowd = 0
+	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
+	rc := newRawClient(t, e.http)
+	rc.send(get1("/a"))
+	rc.read("GET")
+	start := time.Now()
+	waitFor(t, "asleep", func() bool { return sleepers(e.srv) == 1 })
+	_ = rc.c.SetReadDeadline(time.Now().Add(idle + 5*time.Second))
+	rc.closed()
+	if d := time.Since(start); d < idle-100*time.Millisecond || d > idle+2*time.Second {
+		t.Fatalf("a sleeper idle for %s closed after %s", idle, d)
+	}
+	waitFor(t, "given back", func() bool {
+		return sleepers(e.srv) == 0 && e.openH1() == 0 && e.srv.clients.Usage(addrA).Conns == 0
+	})
+}
