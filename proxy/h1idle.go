@@ -10,18 +10,19 @@ import (
 
 // Idle connections without a read buffer or a goroutine.
 //
-// An HTTP/1.1 connection (plain or TLS) that waited h1ParkAfter for its next request
-// "parks": its serving goroutine puts the 8 KiB read buffer back into a pool, hands the connection to
-// the server's parker and ends. On Linux the parker (h1idle_linux.go) is one goroutine per
-// Server that waits on an epoll instance of its own for any parked connection to become
-// readable; then it starts a serving goroutine for that connection, which takes a buffer
-// and serves on exactly as before. The parker also closes parked connections idle past
-// IdleTimeout, and Shutdown closes them at once like any idle connection. An idle
-// connection then costs only its connection state (about 1.2 KiB plain, 3.6 KiB over
-// TLS; bench/README.md, reliability/idle_test.go) instead of a buffer and a goroutine
-// stack. Busy connections never park: the hot path is unchanged except for a pooled
-// buffer instead of an allocated one. Elsewhere than Linux nothing parks
-// (h1idle_other.go).
+// An HTTP/1.1 connection (plain or TLS) that waited h1ParkAfter (h1ParkSoon while many
+// goroutines run) for its next request "parks": its serving goroutine puts the 8 KiB
+// read buffer back into a pool, hands the connection to the server's parker and ends. On
+// Linux the parker (h1idle_linux.go) is one goroutine per Server that waits on an epoll
+// instance of its own for any parked connection to become readable; then it starts a
+// serving goroutine for that connection, which takes a buffer and serves on exactly as
+// before. The parker also closes parked connections idle past IdleTimeout, and Shutdown
+// closes them at once like any idle connection. An idle connection then costs only its
+// connection state (about 3.6 KiB over TLS; a plain one is compacted further, to an
+// h1Sleeper of about 130 B: h1sleep_linux.go; bench/README.md, reliability/idle_test.go)
+// instead of a buffer and a goroutine stack. Busy connections never park: the hot path
+// is unchanged except for a pooled buffer instead of an allocated one. Elsewhere than
+// Linux nothing parks (h1idle_other.go).
 //
 // HTTP/2 connections (plain or TLS) park too, through the same parker: the engine parks
 // a connection without streams (proxy/internal/h2/park.go) and the fast path hands it to

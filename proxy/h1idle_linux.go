@@ -22,9 +22,12 @@ const canPark = true
 // A parked connection's descriptor sits in the runtime's netpoller (edge-triggered, no
 // goroutine waiting) and in this set at once, registered level-triggered with
 // EPOLLONESHOT: bytes or a hang-up that arrived before the registration are reported at
-// once, and each registration reports at most once. The descriptor is used as it is
-// (through syscall.RawConn.Control, which keeps it from being closed meanwhile), never
-// duplicated, so closing the connection leaves no copy behind.
+// once, and each registration reports at most once. A connection parked in full (TLS,
+// HTTP/2) is registered with its own descriptor as it is (through
+// syscall.RawConn.Control, which keeps it from being closed meanwhile), never
+// duplicated, so closing the connection leaves no copy behind. A sleeper (a plain
+// HTTP/1.1 connection, h1sleep_linux.go) is registered with the duplicate it owns; Go's
+// descriptor was closed, and left the runtime's netpoller, before it parked.
 //
 // Invariant (all under mu): a connection is in state h1Parked if and only if it is in
 // byFd at its descriptor and registered in the epoll set with its current park number
@@ -38,8 +41,8 @@ const canPark = true
 //     stale: its park number does not match the connection now at that descriptor, or
 //     nothing is parked there, and it is ignored;
 //   - exactly one party (run on readiness or at the idle deadline, Shutdown's closeIdle,
-//     closeNow's closeAll, stop) wins a parked connection, so it is served or closed,
-//     and counted closed, once.
+//     closeNow's closeAll, endSleepers, a strike's End, stop) wins a parked connection,
+//     so it is served or closed, and counted closed, once.
 type parker struct {
 	s     *Server
 	epfd  int // our epoll instance

@@ -55,7 +55,8 @@ const (
 	// that ever ran at once stay paid for; a burst of connections that all waited
 	// h1ParkAfter on a goroutine each before parking would leave as many records behind
 	// as there were connections. Connections that send their next request within
-	// h1ParkSoon never park.
+	// h1ParkSoon/2 never park (the idle deadline is renewed only once half its wait is
+	// gone: idleDeadlineStale).
 	h1ParkSoon = 50 * time.Millisecond
 	// h1ParkCrowd is Server.parkCrowd's default.
 	h1ParkCrowd = 256

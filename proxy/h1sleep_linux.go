@@ -37,7 +37,12 @@ import (
 //     was idle for at least h1ParkSoon).
 //   - The idle timeout, a hang-up, Shutdown and the parker's stop close it like any
 //     parked connection; an abuse verdict (clients.Table.Strike reaches it through its
-//     place) resets it, whether it sleeps, is being put to sleep or is waking.
+//     place, or through the clientConn it had when the strike chose that before the
+//     place moved: clientConn.End, h1Conn.asleep) resets it, whether it sleeps, is
+//     being put to sleep or is waking.
+//   - A client that reset the connection before it woke leaves a socket net.FileConn
+//     cannot name the peer of: it is closed. At the descriptor limit the wake's
+//     duplicate takes the parker's spare descriptor's room (wakeSpare).
 //
 // States (sl.state): h1Idle while its owner puts it to sleep or wakes it, h1Parked while
 // the parker holds it, h1Closing once someone ended it, h1Active once it woke into a

@@ -210,8 +210,8 @@ type Server struct {
 	// path hands off (h1serve.go); h1 tracks the connections it serves itself.
 	hoHTTP, hoHTTPS *handoffListener
 	h1              h1Set
-	// parker holds idle plain HTTP/1.1 connections without a goroutine (h1idle.go); nil
-	// where nothing parks. Serve sets it before it accepts anything.
+	// parker holds idle HTTP/1.1 and HTTP/2 connections without a goroutine (h1idle.go),
+	// plain HTTP/1.1 ones as sleepers (h1sleep_linux.go); nil where nothing parks. Serve sets it before it accepts anything.
 	parker *parker
 	// parkCrowd: with more goroutines than this, idle connections park after
 	// h1ParkSoon (h1serve.go); tests lower it.
