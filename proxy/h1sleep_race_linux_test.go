@@ -38,9 +38,15 @@ func onlyFastPathConn(t *testing.T, s *Server) *h1Conn {
 // clientConn the connection had before it went to sleep (Hold.Move handed the place to
 // the sleeper in between). That stale clientConn's End must still end the connection:
 // here it is called once the connection sleeps, as a strike that lost that race would
-// call it, and the client must see the end within strikeWithin.
+// call it, and the client must see the end within strikeWithin; also when the
+// connection woke and went to sleep again in between.
 func TestSleeperStrikeThroughOldConn(t *testing.T) {
 	skipUnlessParking(t)
+	t.Run("asleep", func(t *testing.T) { strikeThroughOldConn(t, false) })
+	t.Run("woken and asleep again", func(t *testing.T) { strikeThroughOldConn(t, true) })
+}
+
+func strikeThroughOldConn(t *testing.T, wakeFirst bool) {
 	e := newEnv(t, func(c *Config) { c.IdleTimeout = 30 * time.Second })
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
 	rc := newRawClient(t, e.http)
@@ -52,6 +58,16 @@ func TestSleeperStrikeThroughOldConn(t *testing.T) {
 	// snapshot would, then let it sleep.
 	old := onlyFastPathConn(t, e.srv).cc
 	waitFor(t, "the connection asleep", func() bool { return sleepers(e.srv) == 1 })
+	if wakeFirst {
+		// Woken and asleep again since: the strike reaches the connection's present
+		// form through the old clientConn, its sleeper and the clientConn it woke into.
+		parks := parkedTotal.Load()
+		rc.send(get1("/b"))
+		if res, _ := rc.read("GET"); res.StatusCode != 200 {
+			t.Fatalf("GET /b: %d", res.StatusCode)
+		}
+		waitFor(t, "asleep again", func() bool { return sleepers(e.srv) == 1 && parkedTotal.Load() > parks })
+	}
 	old.End() // the strike that collected the clientConn before the move
 	endsWithin(t, "a sleeper struck through its old clientConn", rc.c, strikeWithin)
 	waitFor(t, "the struck connection given back", func() bool {
