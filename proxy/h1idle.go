@@ -129,7 +129,9 @@ func (c *h1Conn) dropTLSBuffers() {
 // deadlines fall in a second, they cost at most 1/parkTick wake-ups. A parked connection
 // closes at its idle deadline (dlSetAt+IdleTimeout, as when it waited on a goroutine) or
 // up to parkTick later, plus however far park order is from deadline order (connections
-// park h1ParkAfter after their dlSetAt, give or take scheduling), never earlier.
+// park h1ParkAfter after their dlSetAt, or h1ParkSoon in a crowd, give or take
+// scheduling: one that parked after h1ParkAfter may wait behind one that parked after
+// h1ParkSoon later, so up to h1ParkAfter-h1ParkSoon), never earlier.
 const parkTick = 250 * time.Millisecond
 
 // parkedTotal counts parks (tests watch it).
