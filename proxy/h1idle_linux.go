@@ -114,8 +114,9 @@ func newParker(s *Server) (*parker, error) {
 		_ = unix.Close(epfd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	return &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now(), lastRelease: -releaseEvery,
-		spare: wakeSpare{fd: newSpareFD()}}, nil
+	p := &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now(), lastRelease: -releaseEvery}
+	p.spare.fill()
+	return p, nil
 }
 
 // park registers c, whose serving goroutine is about to end; false when the connection

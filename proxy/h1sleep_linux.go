@@ -248,30 +248,39 @@ func (p *parker) endSleepers() {
 // moment (a connection parked in full needs none to wake). At the descriptor limit
 // (EMFILE, ENFILE) the spare is closed to make room for the duplicate and opened again
 // once the sleeper's own descriptor is closed, so that a sleeper's request is not lost
-// for want of a descriptor; wakes at the limit go one at a time.
+// for want of a descriptor; wakes at the limit go one at a time. The zero value holds
+// none (open is false: fd 0 is nobody's to close).
 type wakeSpare struct {
-	mu  sync.Mutex
-	fd  int  // an eventfd, or -1
-	off bool // the parker's run ended: no spare is opened again
+	mu   sync.Mutex
+	fd   int  // an eventfd, when open
+	open bool // fd is the spare's
+	off  bool // the parker's run ended: no spare is opened again
 }
 
-// newSpareFD opens a spare descriptor; -1 when it cannot.
-func newSpareFD() int {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		return -1
+// fill opens the spare when there is none (under mu, or before the parker runs).
+func (sp *wakeSpare) fill() {
+	if sp.open || sp.off {
+		return
 	}
-	return fd
+	if fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC); err == nil {
+		sp.fd, sp.open = fd, true
+	}
+}
+
+// drop closes the spare, if open (under mu).
+func (sp *wakeSpare) drop() {
+	if sp.open {
+		_ = unix.Close(sp.fd)
+		sp.fd, sp.open = 0, false
+	}
 }
 
 // close closes the spare for good (the parker's run, as it ends).
 func (sp *wakeSpare) close() {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if sp.fd >= 0 {
-		_ = unix.Close(sp.fd)
-	}
-	sp.fd, sp.off = -1, true
+	sp.drop()
+	sp.off = true
 }
 
 // fileConn is net.FileConn(f), retried in the spare descriptor's room at the
@@ -285,14 +294,9 @@ func (p *parker) fileConn(f *os.File) (net.Conn, error) {
 	sp := &p.spare
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if sp.fd >= 0 {
-		_ = unix.Close(sp.fd)
-		sp.fd = -1
-	}
+	sp.drop()
 	nc, err = net.FileConn(f)
 	_ = f.Close() // the sleeper's descriptor: room for the spare again
-	if !sp.off {
-		sp.fd = newSpareFD()
-	}
+	sp.fill()
 	return nc, err
 }
