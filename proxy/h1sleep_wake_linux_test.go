@@ -303,12 +303,13 @@ func TestSleeperWakeAfterReset(t *testing.T) {
 // TestSleeperSlowRequestsStayAwake: in a crowd (h1ParkSoon), a client that sends its
 // next request as soon as it has the answer keeps its connection awake whatever the
 // requests take: the idle deadline is renewed once half its wait is gone
-// (idleDeadlineStale), so requests of 10 ms (no renewal, at least 25 ms of wait left)
-// and of 40 ms (renewed) alike never find a deadline that passed while they were served.
-// Every answer is the right one.
+// (idleDeadlineStale), so requests of 10 ms (no renewal, at least 25 ms of wait left),
+// 40 ms (renewed) and 60 ms (the deadline passed while they were served, inside the raw
+// loop's RawConn.Read, and is renewed there) alike leave the next wait its time. Every
+// answer is the right one.
 func TestSleeperSlowRequestsStayAwake(t *testing.T) {
 	skipUnlessParking(t)
-	for _, d := range []time.Duration{10 * time.Millisecond, 40 * time.Millisecond} {
+	for _, d := range []time.Duration{10 * time.Millisecond, 40 * time.Millisecond, 60 * time.Millisecond} {
 		t.Run(d.String(), func(t *testing.T) {
 			e := sleepEnv(t)
 			tg := newH1Target(t, func(c net.Conn, r *http.Request, body string) bool {
