@@ -64,6 +64,9 @@ func TestSleeperWakeAtDescriptorLimit(t *testing.T) {
 	for {
 		fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
+			if err != syscall.EMFILE {
+				t.Fatalf("filling the descriptor table: %v", err)
+			}
 			break
 		}
 		fill = append(fill, fd)
