@@ -52,7 +52,7 @@ func TestSleeperCompact(t *testing.T) {
 	e.srv.parkCrowd = 0 // park after h1ParkSoon
 
 	rc := newRawClient(t, e.http)
-	cr := &countingReader{r: rc.c}
+	cr := &byteCounter{r: rc.c}
 	rc.br = bufio.NewReader(cr)
 	var in int64
 	request := func(path string) {
@@ -235,18 +235,6 @@ func TestSleepersEndWithServer(t *testing.T) {
 			waitFor(t, "counted closed", func() bool { return e.openH1() == 0 && sleepers(e.srv) == 0 })
 		})
 	}
-}
-
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // TestSleepersWakeAll: 2,000 sleeping connections (500 under the race detector) woken

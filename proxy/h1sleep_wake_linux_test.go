@@ -33,6 +33,21 @@ func asleepAgain(t *testing.T, e *env, n int, parks int64) {
 	})
 }
 
+// sleepingClients opens n connections to e, makes one request on each and waits until
+// all of them sleep.
+func sleepingClients(t *testing.T, e *env, n int) []*rawClient {
+	t.Helper()
+	rcs := make([]*rawClient, n)
+	parks := parkedTotal.Load()
+	for i := range rcs {
+		rcs[i] = newRawClient(t, e.http)
+		rcs[i].send(get1("/first"))
+		rcs[i].read("GET")
+	}
+	asleepAgain(t, e, n, parks)
+	return rcs
+}
+
 // getFrom sends a GET with an X-Forwarded-For of its own on c and returns what the
 // target saw in X-Forwarded-For.
 func getFrom(t *testing.T, c net.Conn, br *bufio.Reader, path string) string {
@@ -128,7 +143,7 @@ func TestSleeperWakeHandsOff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := newRawClient(t, e.http)
 			_ = rc.c.SetDeadline(time.Now().Add(20 * time.Second))
-			cr := &countingReader{r: rc.c}
+			cr := &byteCounter{r: rc.c}
 			rc.br = bufio.NewReader(cr)
 			before := e.stat(h1Host)
 			parks := parkedTotal.Load()
@@ -180,14 +195,7 @@ func TestSleeperHangUpWithRequest(t *testing.T) {
 	e := sleepEnv(t)
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
 	const n = 16
-	rcs := make([]*rawClient, n)
-	parks := parkedTotal.Load()
-	for i := range rcs {
-		rcs[i] = newRawClient(t, e.http)
-		rcs[i].send(get1("/first"))
-		rcs[i].read("GET")
-	}
-	asleepAgain(t, e, n, parks)
+	rcs := sleepingClients(t, e, n)
 	for i, rc := range rcs {
 		// Two pipelined requests and the FIN, in one go.
 		rc.send(get1(fmt.Sprintf("/last/%d/a", i)) + get1(fmt.Sprintf("/last/%d/b", i)))
@@ -221,7 +229,7 @@ func TestSleeperAccountingAcrossHosts(t *testing.T) {
 	e.apply([]routeSpec{{host: h1Host, backends: []string{tg.addr}}, {host: other, backends: []string{tg.addr}}})
 	rc := newRawClient(t, e.http)
 	_ = rc.c.SetDeadline(time.Now().Add(30 * time.Second))
-	cr := &countingReader{r: rc.c}
+	cr := &byteCounter{r: rc.c}
 	rc.br = bufio.NewReader(cr)
 	before := e.totals.Snapshot()
 	type sent struct{ in, out int64 }
@@ -272,14 +280,7 @@ func TestSleeperWakeAfterReset(t *testing.T) {
 	e := sleepEnv(t, func(c *Config) { c.MaxConnsPerClient = -1 })
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
 	const n = 32
-	rcs := make([]*rawClient, n)
-	parks := parkedTotal.Load()
-	for i := range rcs {
-		rcs[i] = newRawClient(t, e.http)
-		rcs[i].send(get1("/first"))
-		rcs[i].read("GET")
-	}
-	asleepAgain(t, e, n, parks)
+	rcs := sleepingClients(t, e, n)
 	for _, rc := range rcs[:n/2] {
 		rc.send(get1("/then-reset"))
 		_ = rc.c.(*net.TCPConn).SetLinger(0)

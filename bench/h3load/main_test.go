@@ -3,15 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/serve-zone/ingress/bench/internal/loadtool"
 
 	"github.com/quic-go/quic-go/http3"
 )
@@ -38,20 +34,7 @@ type h3Server struct {
 
 func startH3Server(t *testing.T) *h3Server {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "bench.test"},
-		DNSNames:     []string{"bench.test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, der, err := loadtool.SelfSigned("bench.test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +48,7 @@ func startH3Server(t *testing.T) *h3Server {
 	}
 	s.addr = pc.LocalAddr().String()
 	srv := &http3.Server{
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := s.inFlight.Add(1)
 			defer s.inFlight.Add(-1)

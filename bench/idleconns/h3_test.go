@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/serve-zone/ingress/bench/internal/loadtool"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -33,20 +28,7 @@ type h3Server struct {
 
 func startH3Server(t *testing.T) *h3Server {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "bench.test"},
-		DNSNames:     []string{"bench.test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, _, err := loadtool.SelfSigned("bench.test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +38,7 @@ func startH3Server(t *testing.T) *h3Server {
 	}
 	s := &h3Server{addr: pc.LocalAddr().String(), reqs: map[string]int{}}
 	srv := &http3.Server{
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
 		ConnContext: func(ctx context.Context, _ *quic.Conn) context.Context {
 			s.conns.Add(1)
 			return ctx

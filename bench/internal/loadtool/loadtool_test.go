@@ -2,6 +2,7 @@ package loadtool
 
 import (
 	"bytes"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -63,5 +64,25 @@ func TestCheckLoopbackAndReadCA(t *testing.T) {
 	}
 	if _, err := ReadCA("t", filepath.Join(t.TempDir(), "missing.pem")); err == nil {
 		t.Error("a missing CA file was accepted")
+	}
+}
+
+func TestSelfSigned(t *testing.T) {
+	cert, der, err := SelfSigned("bench.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.VerifyHostname("bench.test"); err != nil {
+		t.Fatal(err)
+	}
+	if c.VerifyHostname("other.test") == nil {
+		t.Fatal("the certificate covers a name it was not made for")
+	}
+	if len(cert.Certificate) != 1 || cert.PrivateKey == nil {
+		t.Fatal("the tls.Certificate lacks its chain or key")
 	}
 }
