@@ -1,6 +1,7 @@
 // Package loadtool holds what the benchmark's load tools share: the loopback-only address
-// rule, reading the CA they trust, and the summary they print, whose format bench/compare
-// parses (parse_hs), so it is defined once here.
+// rule, reading the CA they trust, the summary they print, whose format bench/compare
+// parses (parse_hs), so it is defined once here, and a throwaway certificate for their
+// tests' own servers (SelfSigned).
 package loadtool
 
 import (
