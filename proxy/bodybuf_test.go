@@ -671,25 +671,9 @@ func TestHeldBodyCostsNoAllocation(t *testing.T) {
 				failed = err
 				return
 			}
-			for {
-				fh, err := http2.ReadFrameHeader(br)
-				if err == nil && int(fh.Length) > len(payload) {
-					err = errors.New("frame too large")
-				}
-				if err == nil {
-					_, err = io.ReadFull(br, payload[:fh.Length])
-				}
-				if err != nil {
-					failed = err
-					return
-				}
-				if fh.Type == http2.FrameRSTStream {
-					failed = errors.New("stream reset")
-					return
-				}
-				if fh.StreamID == id && fh.Flags.Has(http2.FlagDataEndStream) {
-					break
-				}
+			if err := readToEndStream(br, payload[:], id); err != nil {
+				failed = err
+				return
 			}
 			id += 2
 		}

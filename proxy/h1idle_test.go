@@ -198,15 +198,7 @@ func TestParkedCloseRace(t *testing.T) {
 		cancel()
 		_ = e.srv.Shutdown(ctx)
 		wg.Wait()
-		select {
-		case err := <-e.served:
-			if err != nil {
-				t.Fatalf("Serve: %v", err)
-			}
-			e.served <- nil // for the cleanup
-		case <-time.After(5 * time.Second):
-			t.Fatal("Serve did not return after Shutdown")
-		}
+		e.waitServedWithin(t, 5*time.Second)
 		if got, p := e.openH1(), parkedOn(e.srv); got != 0 || p != 0 {
 			t.Fatalf("round %d: %d HTTP/1.1 connections counted open, %d parked after Shutdown; want 0", round, got, p)
 		}

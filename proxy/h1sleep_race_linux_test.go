@@ -261,12 +261,7 @@ func serverEndRace(t *testing.T, how string) {
 		}
 		_ = c.Close()
 	}
-	select {
-	case err := <-e.served:
-		e.served <- err // for newEnv's cleanup
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Serve did not return after %s", how)
-	}
+	e.waitServedWithin(t, 10*time.Second)
 	testwait.UntilWhy(t, 5*time.Second, "everything given back", func() (bool, string) {
 		open, sl, u, f := e.openH1(), sleepers(e.srv), e.srv.clients.Usage(addrA).Conns, openFDs(t)
 		return open == 0 && sl == 0 && u == 0 && f == fds,

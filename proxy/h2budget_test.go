@@ -106,31 +106,7 @@ func TestH2LateResetFloodPenalised(t *testing.T) {
 	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, echoInfo())}}})
 	p := dialH2RawPeer(t, e.http)
-	sent := 0
-	var code http2.ErrCode = 0xff
-flood:
-	for id := uint32(1); sent < 900; id += 2 { // within the 1,000 streams of a connection
-		if p.get(id, "app.example.test") != nil {
-			break
-		}
-		for {
-			f, err := p.next()
-			if err != nil {
-				break flood
-			}
-			if g, ok := f.(*http2.GoAwayFrame); ok {
-				code = g.ErrCode
-				break flood
-			}
-			if f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) {
-				break
-			}
-		}
-		if p.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
-			break
-		}
-		sent++
-	}
+	sent, code := lateResetFlood(p, 900) // within the 1,000 streams of a connection
 	if code != http2.ErrCodeEnhanceYourCalm {
 		t.Fatalf("after %d requests reset once answered: GOAWAY %v, want ENHANCE_YOUR_CALM", sent, code)
 	}
@@ -141,4 +117,33 @@ flood:
 		ok, _ := e.srv.penalties.Penalized(netip.MustParseAddr("127.0.0.1"))
 		return ok
 	})
+}
+
+// lateResetFlood makes up to n requests on p, each reset by the client once its answer
+// is complete, until the proxy sends a GOAWAY or the connection ends; it returns how
+// many it reset and the GOAWAY's code (0xff: none came).
+func lateResetFlood(p *h2RawPeer, n int) (sent int, code http2.ErrCode) {
+	code = 0xff
+	for id := uint32(1); sent < n; id += 2 {
+		if p.get(id, "app.example.test") != nil {
+			return sent, code
+		}
+		for {
+			f, err := p.next()
+			if err != nil {
+				return sent, code
+			}
+			if g, ok := f.(*http2.GoAwayFrame); ok {
+				return sent, g.ErrCode
+			}
+			if f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) {
+				break
+			}
+		}
+		if p.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+			return sent, code
+		}
+		sent++
+	}
+	return sent, code
 }

@@ -34,29 +34,7 @@ func TestH2PenaltyEndsHeldConns(t *testing.T) {
 	}
 	// The flood on another connection of the same address: requests reset once answered.
 	p := dialH2RawPeer(t, e.http)
-	var code http2.ErrCode = 0xff
-flood:
-	for id := uint32(1); id < 1800; id += 2 {
-		if p.get(id, "app.example.test") != nil {
-			break
-		}
-		for {
-			f, err := p.next()
-			if err != nil {
-				break flood
-			}
-			if g, ok := f.(*http2.GoAwayFrame); ok {
-				code = g.ErrCode
-				break flood
-			}
-			if f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) {
-				break
-			}
-		}
-		if p.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
-			break
-		}
-	}
+	_, code := lateResetFlood(p, 900) // stream ids below 1,800, as before
 	if code != http2.ErrCodeEnhanceYourCalm {
 		t.Fatalf("the flood: GOAWAY %v, want ENHANCE_YOUR_CALM", code)
 	}

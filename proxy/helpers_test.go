@@ -350,7 +350,10 @@ func rawServer(t testing.TB, handle func(net.Conn)) string {
 
 // waitServed fails t unless Serve returns nil within 5 s (after a Shutdown or a cancel);
 // it puts the result back for the env's cleanup.
-func (e *env) waitServed(t testing.TB) {
+func (e *env) waitServed(t testing.TB) { t.Helper(); e.waitServedWithin(t, 5*time.Second) }
+
+// waitServedWithin is waitServed with a limit of d.
+func (e *env) waitServedWithin(t testing.TB, d time.Duration) {
 	t.Helper()
 	select {
 	case err := <-e.served:
@@ -358,7 +361,7 @@ func (e *env) waitServed(t testing.TB) {
 			t.Errorf("Serve: %v", err)
 		}
 		e.served <- nil
-	case <-time.After(5 * time.Second):
+	case <-time.After(d):
 		t.Fatal("Serve did not return")
 	}
 }
