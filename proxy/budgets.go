@@ -106,9 +106,20 @@ func (s *Server) admit(h *clients.Hold, tunnel bool) bool {
 
 // admitConn opens cc's hold on its client address a's budget at accept. Over it, raw
 // (cc's TCP connection, nothing of which was read) is reset and false returned.
-// Trusted proxies' connections get a zero hold.
+// Trusted proxies' connections get a zero hold. The penalty is checked again once the
+// hold is open: a strike between the accept's check (acceptUnpenalized) and the hold
+// ends the connections its address holds in the budgets' table, which this one was not
+// in yet; so a strike is seen either here or by the table's Strike, never by neither.
+// Such a connection goes to the tarpit like any penalised one and its hold is given back.
 func (s *Server) admitConn(cc *clientConn, raw net.Conn, a netip.Addr) bool {
-	if !a.IsValid() || s.isTrustedAddr(a) || s.clients.Open(&cc.hold, a, cc) {
+	if !a.IsValid() || s.isTrustedAddr(a) {
+		return true
+	}
+	if s.clients.Open(&cc.hold, a, cc) {
+		if s.refusePenalized(raw) {
+			cc.hold.Close()
+			return false
+		}
 		return true
 	}
 	if tc, ok := raw.(*net.TCPConn); ok {
@@ -117,19 +128,6 @@ func (s *Server) admitConn(cc *clientConn, raw net.Conn, a netip.Addr) bool {
 	_ = raw.Close()
 	s.refused(stats.RefusalConnections, a)
 	return false
-}
-
-// struckMeanwhile reports whether c's address was penalised between the accept's
-// penalty check and admitConn: a strike ends the connections its address holds in the
-// budgets' table, and c was not in it yet. Checked after the hold is open, so that a
-// strike is seen either here or by the table's Strike, never by neither. Then c goes to
-// the tarpit like any penalised connection and its hold is given back.
-func (s *Server) struckMeanwhile(cc *clientConn, c net.Conn) bool {
-	if !s.refusePenalized(c) {
-		return false
-	}
-	cc.hold.Close()
-	return true
 }
 
 // refused counts a refusal of kind k to client address a and logs it, rate-limited.

@@ -184,7 +184,7 @@ func h2OverTLS(t *testing.T, from netip.Addr, addr string) *h2Cli {
 
 // TestStruckBetweenCheckAndHold: a connection whose address is penalised after the
 // accept's penalty check but before its hold is open (a strike then misses it in the
-// budgets' table) is refused by the check that follows the hold: tarpitted like any
+// budgets' table) is refused by admitConn's check once the hold is open: tarpitted like any
 // penalised connection, its place given back, not served.
 func TestStruckBetweenCheckAndHold(t *testing.T) {
 	e := newEnv(t)
@@ -208,10 +208,7 @@ func TestStruckBetweenCheckAndHold(t *testing.T) {
 	}
 	e.srv.clients.Strike(addrB) // finds nothing of this connection yet
 	cc := &clientConn{Conn: c, s: e.srv}
-	if !e.srv.admitConn(cc, c, addrB) {
-		t.Fatal("admitConn refused a connection under its budget")
-	}
-	if !e.srv.struckMeanwhile(cc, c) {
+	if e.srv.admitConn(cc, c, addrB) {
 		t.Fatal("a connection of an address struck before its hold opened was let through")
 	}
 	if u := e.srv.clients.Usage(addrB); u.Conns != 0 {
@@ -225,7 +222,7 @@ func TestStruckBetweenCheckAndHold(t *testing.T) {
 	}
 	defer c2.Close()
 	cc2 := &clientConn{Conn: c2, s: e.srv}
-	if !e.srv.admitConn(cc2, c2, addrA) || e.srv.struckMeanwhile(cc2, c2) {
+	if !e.srv.admitConn(cc2, c2, addrA) {
 		t.Fatal("a connection of an unpenalised address refused")
 	}
 	if u := e.srv.clients.Usage(addrA); u.Conns != 1 {

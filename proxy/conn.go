@@ -31,7 +31,7 @@ func (l *plainListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		cc := &clientConn{Conn: rawnet.Wrap(c), s: l.s}
-		if l.s.admitConn(cc, c, remoteAddr(c)) && !l.s.struckMeanwhile(cc, c) {
+		if l.s.admitConn(cc, c, remoteAddr(c)) {
 			return cc, nil
 		}
 	}
@@ -67,7 +67,7 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 		}
 		tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
 		cc := &clientConn{Conn: tc, tc: tc, s: l.s}
-		if l.s.admitConn(cc, c, remoteAddr(c)) && !l.s.struckMeanwhile(cc, c) {
+		if l.s.admitConn(cc, c, remoteAddr(c)) {
 			return cc, nil
 		}
 	}
