@@ -25,6 +25,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	s := c.s
 	req := &w.req
 	c.now = time.Now()
+	c.pace.note(c.now)
 	c.served++
 	consumed := headLen + int(req.ContentLength)
 	body := c.rbuf[c.r+headLen : c.r+consumed]

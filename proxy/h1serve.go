@@ -93,6 +93,7 @@ type h1Conn struct {
 	trusted bool
 	raw     syscall.RawConn // the client's TCP connection, for peerHungUp; set lazily
 
+	pace    rhythm        // its client's pace: how long it waits awake before parking (rhythm.go)
 	dlIdle  bool          // the read deadline set is the idle one, set at dlSetAt
 	dlSetAt time.Time     // when the idle deadline was set
 	dlWait  time.Duration // and for how long
@@ -622,9 +623,19 @@ func (c *h1Conn) readHead() int {
 			}
 			c.markRecords()
 		}
+		if c.rbuf == nil {
+			c.rbuf = getReadBuf() // given back for the last wait (below)
+		}
 		nr, err := c.read(c.rbuf[c.w:])
 		if err == errRawWait {
 			c.headWait = true
+			if c.r == c.w {
+				// Nothing of a request is buffered: the buffer goes back to the pool
+				// while the connection waits in the poller (an awake idle connection
+				// keeps none: rhythm.go).
+				putReadBuf(c.rbuf)
+				c.rbuf, c.r, c.w, c.scanned = nil, 0, 0, 0
+			}
 			return h1Wait
 		}
 		if nr > 0 && !c.activate() {
@@ -684,7 +695,8 @@ func headGarbled(b []byte, from int) bool {
 }
 
 // setIdleDeadline sets the deadline of the wait for the next request: the idle timeout,
-// or h1ParkAfter for a connection that parks (the idle timeout then applies to the park).
+// or, for a connection that parks, h1ParkAfter (h1ParkSoon in a crowd) or what its
+// client's pace asks for (rhythm.go); the idle timeout then applies to the park.
 func (c *h1Conn) setIdleDeadline() {
 	c.dlSetAt = time.Now()
 	d := c.s.cfg.IdleTimeout
@@ -693,10 +705,25 @@ func (c *h1Conn) setIdleDeadline() {
 		if c.s.crowded() {
 			d = h1ParkSoon
 		}
+		d = min(c.pace.awake(d), c.s.cfg.IdleTimeout)
 	}
 	c.dlWait = d
-	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(d))
+	_ = c.cc.SetReadDeadline(coarse(c.dlSetAt.Add(d)))
 	c.dlIdle = true
+}
+
+// deadlineQuantum is the grain idle deadlines are rounded up to (coarse).
+const deadlineQuantum = 250 * time.Millisecond
+
+// coarse rounds t up to a multiple of deadlineQuantum since rhythmEpoch. The runtime
+// keeps a timer whose deadline moved later at its old place until that comes, and a
+// processor with nothing to do wakes up then only to move it: with deadlines renewed at
+// every request (a client's pace, rhythm.go), that was a wake-up (a context switch and an
+// epoll_wait) per request. Rounded, the deadlines of all connections fall on a few
+// instants per second, and one wake-up moves them all.
+func coarse(t time.Time) time.Time {
+	d := t.Sub(rhythmEpoch)
+	return t.Add((deadlineQuantum - d%deadlineQuantum) % deadlineQuantum)
 }
 
 // crowded reports whether more than parkCrowd goroutines run: idle connections then
