@@ -25,7 +25,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	s := c.s
 	req := &w.req
 	c.now = time.Now()
-	c.pace.note(c.now)
+	c.pace.Note(c.now)
 	c.served++
 	consumed := headLen + int(req.ContentLength)
 	body := c.rbuf[c.r+headLen : c.r+consumed]

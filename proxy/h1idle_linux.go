@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"os"
+	"syscall"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/serve-zone/ingress/internal/rawnet"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -474,4 +476,22 @@ func (p *parker) parkedNow() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.live
+}
+
+// readableFn returns awaitIdle's RawConn.Read callback (made once per connection): done
+// when the socket holds a byte, its end or an error, found with a non-blocking peek
+// (RawConn.Read forgets the readiness the poller knew, so it must look before it waits).
+func (c *h1Conn) readableFn() func(fd uintptr) bool {
+	if c.readable == nil {
+		var b [1]byte
+		c.readable = func(fd uintptr) bool {
+			for {
+				_, err := rawnet.Peek(int(fd), b[:])
+				if err != syscall.EINTR {
+					return err != syscall.EAGAIN
+				}
+			}
+		}
+	}
+	return c.readable
 }

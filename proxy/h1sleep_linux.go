@@ -10,6 +10,7 @@ import (
 
 	"github.com/serve-zone/ingress/internal/rawnet"
 	"github.com/serve-zone/ingress/proxy/internal/clients"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -59,7 +60,7 @@ type h1Sleeper struct {
 	idleAt   time.Duration
 	hold     clients.Hold
 	lastHost *stats.Host // the hostname its next unclaimed bytes go to (clientConn.lastHost)
-	pace     rhythm      // its client's pace (h1Conn.pace)
+	pace     park.Pace   // its client's pace (h1Conn.pace)
 	s        *Server
 	// woken is the connection it became, for a strike that chose the sleeper before its
 	// place moved on.

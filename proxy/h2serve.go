@@ -115,6 +115,7 @@ func (c *h1Conn) serveH2() {
 		// Without streams for h1ParkAfter, the connection parks (h1idle.go).
 		c.pk, cfg.ParkAfter = pk, h1ParkAfter
 		cfg.ParkSoon, cfg.Crowded = h1ParkSoon, s.crowded // as HTTP/1.1's (h1serve.go)
+		cfg.AwakeMax = h1AwakeMax
 		c.pr = parkRec{state: &c.state, awake: h1Active}
 	}
 	conn := h2.NewConn(cc, cfg, f)
