@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"os"
-	"syscall"
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
