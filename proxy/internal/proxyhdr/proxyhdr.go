@@ -69,6 +69,7 @@ var (
 	errV1Byte    = invalid("version 1: a byte that is not printable ASCII")
 	errV1LineEnd = invalid("version 1: a CR or LF that is not the closing CRLF")
 	errV1TooLong = invalid("version 1: no CRLF within 107 bytes")
+	errV1Short   = invalid("version 1: a line shorter than PROXY UNKNOWN")
 	errV2Version = invalid("version 2: unknown version")
 	errV2Command = invalid("version 2: unknown command")
 	errV2Family  = invalid("version 2: unknown address family or transport")
@@ -121,6 +122,9 @@ func frameV1(b []byte) (int, int, error) {
 		case c == '\n':
 			if b[i-1] != '\r' {
 				return 0, 0, errV1LineEnd
+			}
+			if i+1 < MinLen {
+				return 0, 0, errV1Short
 			}
 			return i + 1, 0, nil
 		case c == '\r':
