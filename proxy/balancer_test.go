@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/pires/go-proxyproto"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -527,5 +528,63 @@ func TestBalancerShutdown(t *testing.T) {
 	wg.Wait()
 	if n := e.totals.Snapshot().Refusals[stats.RefusalProxyProtocol]; n != 0 {
 		t.Fatalf("Shutdown's close counted as %d refusals", n)
+	}
+}
+
+// TestBalancerTunnels: a WebSocket through the balancer (an HTTP/1.1 upgrade, net/http's
+// path, plain and TLS) reaches its target with the header's client in X-Forwarded-For,
+// and the tunnel budget is the header client's: a second tunnel of one client is
+// refused (503) while another client's opens.
+func TestBalancerTunnels(t *testing.T) {
+	e, _, _ := lbEnv(t, func(c *Config) { c.MaxTunnelsPerClient = 1 })
+	seen := make(chan string, 8)
+	be := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("X-Forwarded-For")
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, b, err := c.Read(r.Context())
+			if err != nil || c.Write(r.Context(), typ, b) != nil {
+				return
+			}
+		}
+	}))
+	e.apply([]routeSpec{{host: "ws.example.test", backends: []string{be}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	dial := func(src netip.AddrPort) (*websocket.Conn, *http.Response, error) {
+		cl := e.lbClient(t, "h1", func() []byte { return ppHeader(t, 2, src) })
+		return websocket.Dial(ctx, "ws://ws.example.test/ws", &websocket.DialOptions{Host: "ws.example.test", HTTPClient: cl})
+	}
+	x, _, err := dial(cliX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.CloseNow()
+	if got := <-seen; got != cliX.Addr().String() {
+		t.Fatalf("the tunnel's target saw X-Forwarded-For %q, want %s", got, cliX.Addr())
+	}
+	if err := x.Write(ctx, websocket.MessageText, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, err := x.Read(ctx); err != nil || string(b) != "hi" {
+		t.Fatalf("echo: %q %v", b, err)
+	}
+	if _, res, err := dial(cliX); err == nil || res == nil || res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("X's second tunnel: %v %v; want 503", err, res)
+	}
+	y, _, err := dial(cliY)
+	if err != nil {
+		t.Fatalf("Y's tunnel while X holds its budget: %v", err)
+	}
+	defer y.CloseNow()
+	if got := <-seen; got != cliY.Addr().String() {
+		t.Fatalf("Y's tunnel's target saw X-Forwarded-For %q", got)
+	}
+	if u := e.srv.clients.Usage(cliX.Addr()); u.Tunnels != 1 {
+		t.Fatalf("X holds %d tunnels, want 1", u.Tunnels)
 	}
 }
