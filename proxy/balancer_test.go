@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -586,5 +587,99 @@ func TestBalancerTunnels(t *testing.T) {
 	}
 	if u := e.srv.clients.Usage(cliX.Addr()); u.Tunnels != 1 {
 		t.Fatalf("X holds %d tunnels, want 1", u.Tunnels)
+	}
+}
+
+// TestH1HotPathAllocsBehindBalancer: behind the balancer, a request on the fast path
+// allocates nothing either (plain and TLS): the header is read once per connection, and
+// nothing per request looks at it again. The connection counts in its header client's
+// budget.
+func TestH1HotPathAllocsBehindBalancer(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tls=%v", secure), func(t *testing.T) {
+			e := newEnv(t, func(c *Config) { c.ProxyProtocolFrom = []netip.Prefix{netip.PrefixFrom(lbAddr, 32)} })
+			e.apply([]routeSpec{{host: h1Host, tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{rawTarget(t)}}},
+				certSpec{"c", []string{h1Host}})
+			var c net.Conn
+			if !secure {
+				c = lbDial(t, e.http, ppHeader(t, 2, cliX))
+			} else {
+				tc := tls.Client(lbDial(t, e.https, ppHeader(t, 2, cliX)), &tls.Config{ServerName: h1Host, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+				if err := tc.Handshake(); err != nil {
+					t.Fatal(err)
+				}
+				c = tc
+			}
+			br := bufio.NewReaderSize(c, 4096)
+			req := []byte("GET /bench?q=1 HTTP/1.1\r\nHost: " + h1Host + "\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+			var failed error
+			do := func() {
+				if failed != nil {
+					return
+				}
+				if _, err := c.Write(req); err != nil {
+					failed = err
+					return
+				}
+				failed = readRawResponse(br)
+			}
+			for range 200 {
+				do()
+			}
+			allocs := testing.AllocsPerRun(2000, do)
+			if failed != nil {
+				t.Fatal(failed)
+			}
+			if u := e.srv.clients.Usage(cliX.Addr()); u.Conns != 1 {
+				t.Fatalf("the header's client holds %d connections, want 1", u.Conns)
+			}
+			t.Logf("%.3f allocations per request for client, proxy and target together", allocs)
+			limit := 0.0
+			switch {
+			case raceEnabled && secure:
+				limit = 3 // as TestH1HotPathAllocs
+			case raceEnabled:
+				limit = 1
+			}
+			if allocs > limit {
+				t.Errorf("%.3f allocations per request, want at most %.0f", allocs, limit)
+			}
+		})
+	}
+}
+
+// BenchmarkBalancedConnection: a whole plain connection with one request (Connection:
+// close): from a client directly, and through the balancer with a version 1 or 2
+// header (the header's cost, once per connection).
+func BenchmarkBalancedConnection(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.ProxyProtocolFrom = []netip.Prefix{netip.PrefixFrom(lbAddr, 32)} })
+	e.apply([]routeSpec{{host: h1Host, backends: []string{rawTarget(b)}}})
+	req := []byte("GET /bench HTTP/1.1\r\nHost: " + h1Host + "\r\nConnection: close\r\n\r\n")
+	for _, m := range []struct {
+		name string
+		from netip.Addr
+		hdr  []byte
+	}{{"direct", addrB, nil}, {"v1", lbAddr, ppHeader(b, 1, cliX)}, {"v2", lbAddr, ppHeader(b, 2, cliX)}} {
+		b.Run(m.name, func(b *testing.B) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: m.from.AsSlice()}}
+			msg := append(append([]byte(nil), m.hdr...), req...)
+			buf := make([]byte, 4096)
+			b.ReportAllocs()
+			for b.Loop() {
+				c, err := d.Dial("tcp", e.http)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, err := c.Read(buf); err != nil {
+						break // the answer, then the close
+					}
+				}
+				c.Close()
+			}
+		})
 	}
 }

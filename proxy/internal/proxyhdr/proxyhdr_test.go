@@ -228,7 +228,9 @@ func TestReadEnds(t *testing.T) {
 }
 
 // socketPair returns both ends of a loopback TCP connection.
-func socketPair(t *testing.T) (srv, cli net.Conn) {
+func socketPair(t *testing.T) (srv, cli net.Conn) { return socketPairB(t) }
+
+func socketPairB(t testing.TB) (srv, cli net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
