@@ -510,25 +510,50 @@ type fakeAddrConn struct {
 
 func (c fakeAddrConn) RemoteAddr() net.Addr { return c.remote }
 
-// TestBalancerShutdown: a balancer connection still waiting for its header does not
-// hold Shutdown up for longer than a new connection may, and nothing is counted as a
-// refusal for it.
-func TestBalancerShutdown(t *testing.T) {
+// TestBalancerHeaderWaitBlocksNobody: balancer connections whose headers do not come
+// (or come in part) wait on their own goroutines: the accept loops serve other
+// connections meanwhile, direct and through the balancer, plain and TLS; a Shutdown
+// ends the waiting ones without counting them as refusals.
+func TestBalancerHeaderWaitBlocksNobody(t *testing.T) {
 	e, _, _ := lbEnv(t, func(c *Config) { c.ProxyProtocolTimeout = time.Minute })
-	c := dialFrom(t, lbAddr, e.http)
-	_, _ = c.Write([]byte("PROXY TCP4 1.2."))
-	waitFor(t, "the connection accepted", func() bool { return e.openH1() == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	var waiting []net.Conn
+	for i := range 20 {
+		addr := e.http
+		if i%2 == 1 {
+			addr = e.https
+		}
+		c := dialFrom(t, lbAddr, addr)
+		if i%4 < 2 {
+			_, _ = c.Write([]byte("PROXY TCP4 1.2."))
+		}
+		waiting = append(waiting, c)
+	}
+	waitFor(t, "the waiting connections accepted", func() bool { return e.openH1() == 20 })
+	if _, st, err := lbGet(t, e, cliX); st != http.StatusOK {
+		t.Fatalf("a balancer connection while others wait for their headers: %d %v", st, err)
+	}
+	c := dialFrom(t, addrB, e.http)
+	if st, err := getOn(c, bufio.NewReader(c)); st != http.StatusOK {
+		t.Fatalf("a direct connection while balancer connections wait: %d %v", st, err)
+	}
+	tc := tls.Client(lbDial(t, e.https, ppHeader(t, 1, cliY)), &tls.Config{InsecureSkipVerify: true, ServerName: h1Host, NextProtos: []string{"http/1.1"}})
+	if st, err := getOn(tc, bufio.NewReader(tc)); st != http.StatusOK {
+		t.Fatalf("a TLS balancer connection while others wait: %d %v", st, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = e.srv.Shutdown(ctx) })
-	_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); n > 0 || err == nil || isTimeout(err) {
-		t.Fatalf("after Shutdown: %d, %v; want the connection closed", n, err)
+	for i, c := range waiting {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n > 0 || err == nil || isTimeout(err) {
+			t.Fatalf("waiting connection %d after Shutdown: %d, %v; want it closed", i, n, err)
+		}
 	}
 	wg.Wait()
 	if n := e.totals.Snapshot().Refusals[stats.RefusalProxyProtocol]; n != 0 {
-		t.Fatalf("Shutdown's close counted as %d refusals", n)
+		t.Fatalf("Shutdown's closes counted as %d refusals", n)
 	}
 }
 
