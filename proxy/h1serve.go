@@ -363,6 +363,9 @@ func (c *h1Conn) finish(handoff bool) {
 // run serves requests; it returns true to hand the connection to net/http.
 func (c *h1Conn) run() (handoff bool) {
 	s := c.s
+	if c.cc.fromLB && !s.takeProxyHeader(c.cc) {
+		return false // balancer.go
+	}
 	if s.h1Off {
 		return true
 	}

@@ -126,7 +126,7 @@ func (c *h1Conn) serveH2() {
 	// handshake, or before its preface came) is seen here too: the connection is ended
 	// through the engine (GOAWAY ENHANCE_YOUR_CALM). Checked after the Store, so that a
 	// verdict is either seen here or finds the engine's connection.
-	if client := remoteAddr(cc); !f.trusted && client.IsValid() {
+	if client := cc.clientKey(); !f.trusted && client.IsValid() {
 		if hit, _ := s.penalties.Penalized(client); hit {
 			s.endH2ForAbuse(conn)
 		}

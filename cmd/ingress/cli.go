@@ -272,7 +272,7 @@ Prints the ingress's version.
 // placeholders name the value of flags whose type says too little.
 var placeholders = map[string]string{
 	"routes": "FILE", "relay-ca": "FILE", "cpuprofile": "FILE", "state-dir": "DIR",
-	"trusted-proxies": "CIDRS", "log-level": "LEVEL", "log-format": "FORMAT",
+	"trusted-proxies": "CIDRS", "proxy-protocol-from": "CIDRS", "log-level": "LEVEL", "log-format": "FORMAT",
 	"from": "HOST", "to": "ADDR", "tls-cert": "FILE", "tls-key": "FILE",
 }
 

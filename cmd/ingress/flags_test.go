@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "defaults"},
 		{name: "all set", args: []string{"--http-addr", "127.0.0.1:8080", "--https-addr", ":8443", "--admin-addr", "127.0.0.1:0",
 			"--drain-timeout", "5s", "--log-level", "debug", "--log-format", "console", "--trusted-proxies", "10.0.0.0/8, 192.168.1.1",
+			"--proxy-protocol-from", "10.1.0.0/16,2001:db8::/32, 192.0.2.7", "--proxy-protocol-timeout", "2s",
 			"--max-header-bytes", "8192", "--stats-retention-days", "40", "--http3=false", "--access-log", "--metrics-per-host",
 			"--client-body-timeout", "10s", "--client-send-timeout", "1m", "--http2-max-streams-per-conn", "100", "--request-buffer", "0",
 			"--max-conns-per-client", "0", "--max-requests-per-client", "64", "--max-tunnels-per-client", "8"}},
@@ -41,6 +45,8 @@ func TestFlagsValidate(t *testing.T) {
 		{name: "http2 streams per connection", args: []string{"--http2-max-streams-per-conn", "0"}, want: []string{"--http2-max-streams-per-conn"}},
 		{name: "retention", args: []string{"--stats-retention-days", "7"}, want: []string{"--stats-retention-days"}},
 		{name: "trusted proxies", args: []string{"--trusted-proxies", "10.0.0.0/8,banana"}, want: []string{"banana"}},
+		{name: "proxy protocol from", args: []string{"--proxy-protocol-from", "10.0.0.0/8,10.0.0.300"}, want: []string{"--proxy-protocol-from: \"10.0.0.300\""}},
+		{name: "proxy protocol timeout", args: []string{"--proxy-protocol-timeout", "0s"}, want: []string{"--proxy-protocol-timeout"}},
 		{name: "relay ca with routes", args: []string{"--routes", "x.json", "--relay-ca", "ca.pem"}, want: []string{"--relay-ca"}},
 		{name: "several at once", args: []string{"--log-level", "x", "--log-format", "y", "--drain-timeout", "0s"},
 			want: []string{"--log-level", "--log-format", "--drain-timeout"}},
@@ -104,4 +110,19 @@ func TestFlagDefaultsMatchContract(t *testing.T) {
 		budgetFlag(0) >= 0 || budgetFlag(7) != 7 {
 		t.Fatalf("per-client budgets differ from issue 25's defaults: %+v", o)
 	}
+}
+
+// TestREADMEListsEveryFlag: every flag of the ingress (as -h lists them) has its row in
+// the README's flag table.
+func TestREADMEListsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := defaultOptions()
+	o.flagSet("ingress", io.Discard).VisitAll(func(f *flag.Flag) {
+		if !bytes.Contains(readme, []byte("| `--"+f.Name+"` |")) {
+			t.Errorf("--%s has no row in the README's flag table", f.Name)
+		}
+	})
 }

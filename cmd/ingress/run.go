@@ -211,6 +211,8 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		Totals:                totals,
 		Logger:                log.Named("proxy"),
 		TrustedProxies:        o.trusted,
+		ProxyProtocolFrom:     o.balancers,
+		ProxyProtocolTimeout:  o.ProxyProtocolTimeout,
 		DialTimeout:           o.DialTimeout,
 		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
 		ReadHeaderTimeout:     o.ReadHeaderTimeout,
