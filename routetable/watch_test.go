@@ -206,7 +206,7 @@ func TestLoadFileAndWatchFileRefuseAtStart(t *testing.T) {
 	}
 	os.WriteFile(path, []byte(`{"revision":1,"routes":[{"hostname":"A.test","targets":[],"tls":null}],"certificates":[]}`), 0o600)
 	_, err := LoadFile(path)
-	wantViolation(t, err, "routes[0].hostname must be")
+	wantViolation(t, err, `routes[0].hostname "A.test" must be`)
 	wantViolation(t, err, "routes[0].targets must hold 1 to 64 targets")
 
 	s := NewStore(StoreOptions{Mode: ModeStandalone})

@@ -220,7 +220,7 @@ func TestBinaryValidate(t *testing.T) {
 	r = runBinary(t, nil, "", "validate", file).want(t, exitConfig)
 	assertContainsAll(t, "stderr", r.stderr, file+": refused (standalone route file), 3 violations:",
 		"  certificates[1].privateKeyFile cannot be read: open "+filepath.Join(certs, "missing.key")+": no such file or directory",
-		"  routes[1].hostname must be a lowercase A-label DNS name",
+		`  routes[1].hostname "App.example.test" must be a lowercase A-label DNS name`,
 		"  routes[2].targets[0].address must be a dotted-quad IPv4 address")
 	if r.stdout != "" {
 		t.Errorf("a refused file printed a summary: %s", r.stdout)
