@@ -70,7 +70,9 @@ func TestValidateEachRule(t *testing.T) {
 		{"hostname 254", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain." + longName(248) }, `routes[2].hostname (254 bytes, not quoted) must be a lowercase`},
 		{"wildcard 254", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "x"; tb.Routes = append(tb.Routes, route("*."+longName(252))) },
 			`routes[3].hostname (254 bytes, not quoted) must be`},
-		{"hostname a key's base64 line", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "MHcCAQEEIBkg4LVWM9nVIqp4K1hJ9vNZq0Yq+ZxJ3KZ9lY4kq0aoAoGCCqGSM49" },
+		{"hostname a key's base64 line", ModeRelay, func(tb *Table) {
+			tb.Routes[2].Hostname = "MHcCAQEEIBkg4LVWM9nVIqp4K1hJ9vNZq0Yq+ZxJ3KZ9lY4kq0aoAoGCCqGSM49"
+		},
 			`routes[2].hostname (63 bytes, not quoted) must be`},
 		{"wildcard inside", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.*.example.test" }, `routes[2].hostname "plain.*.example.test" must be`},
 		{"wildcard bare", ModeRelay, func(tb *Table) { tb.Routes[0].Hostname = "*." }, `routes[0].hostname "*." must be`},

@@ -270,11 +270,11 @@ func TestE2EBrokenEditReportedLikeValidate(t *testing.T) {
 		}
 		for _, want := range wants {
 			p.WaitLine(e2eWait, func(m map[string]any) bool {
-				return m["msg"] == "route table violation" && m["violation"] == want
+				return m["msg"] == "route table violation" && m["violation"] == want && m["file"] == file
 			})
 		}
 		refusal := p.WaitLine(e2eWait, func(m map[string]any) bool {
-			return m["msg"] == "route table refused" && m["violations"] == float64(len(wants))
+			return m["msg"] == "route table refused" && m["violations"] == float64(len(wants)) && m["file"] == file
 		})
 		_, hasRev := refusal["revision"]
 		if i == 0 && hasRev {
@@ -282,6 +282,18 @@ func TestE2EBrokenEditReportedLikeValidate(t *testing.T) {
 		}
 		mustGet(t, c, p.HTTP, "edit.example.test", "/", http.StatusOK)
 	}
+	// SIGHUP says what came of it (issue 34): the broken file is still refused, revision 1
+	// still served; a good edit is applied.
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
+		return m["msg"] == "reload: refused, still serving the last good table" && m["path"] == file && m["serving"] == float64(1)
+	})
+	binarytest.WriteFileAtomic(t, file, binarytest.TableJSON(t, 4, nil, binarytest.Route("edit.example.test", "", false, target)))
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
+		return (m["msg"] == "reload: applied" && m["revision"] == float64(4)) ||
+			(m["msg"] == "reload: unchanged, nothing applied" && m["serving"] == float64(4)) // the watcher was first
+	})
 	p.Stop(e2eWait)
 }
 

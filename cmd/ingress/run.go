@@ -187,8 +187,12 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	// table is the relay's configuration, whose hostnames and ids are logged and exported
 	// as metric labels by design once applied, so withholding them from violations would
 	// close no channel and leave a refused table undiagnosable.
+	storeLog := log.Named("routetable")
+	if o.Routes != "" {
+		storeLog = storeLog.With(zap.String("file", o.Routes)) // every refusal names the file
+	}
 	in.store = routetable.NewStore(routetable.StoreOptions{
-		Stats: in.stats, StateDir: o.StateDir, Logger: log.Named("routetable"), Mode: mode,
+		Stats: in.stats, StateDir: o.StateDir, Logger: storeLog, Mode: mode,
 		Redact: redact.Chain(d.env.Bearer.Scrubber()), Check: acmeCheck(o),
 	})
 	if mode == routetable.ModeStandalone {
