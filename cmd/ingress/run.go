@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -153,6 +154,8 @@ type instance struct {
 	session *register.Session
 	watcher *routetable.FileSource
 	acme    *acme.Manager // standalone mode with a state directory (acme.go)
+
+	draining atomic.Bool // a graceful stop has begun: /readyz says so
 }
 
 // newInstance builds and wires the components and binds every listener, so that an
@@ -275,7 +278,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		}
 		in.adminLn = ln
 		in.adminSrv = &http.Server{
-			Handler:           adminHandler(reg, in.ready, in.explain, in.stats.Handler()),
+			Handler:           adminHandler(reg, in.notReady, in.explain, in.stats.Handler()),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("admin")),
 		}
@@ -316,8 +319,21 @@ func (in *instance) loadRoutes(o options, d instanceDeps) error {
 	return nil
 }
 
-// ready is /readyz: a table is applied and the listeners are up.
-func (in *instance) ready() bool { return in.store.Load() != nil && in.proxy.Ready() }
+// ready is /readyz: a table is applied, the listeners are up and no stop has begun.
+func (in *instance) ready() bool { return in.notReady() == "" }
+
+// notReady says why the instance is not ready, or "" when it is.
+func (in *instance) notReady() string {
+	switch {
+	case in.draining.Load():
+		return "draining: stopping gracefully, in-flight requests finishing"
+	case in.store.Load() == nil:
+		return "no route table applied"
+	case !in.proxy.Ready():
+		return "listeners not up"
+	}
+	return ""
+}
 
 // adminAddr returns the bound admin address, or nil.
 func (in *instance) adminAddr() net.Addr {
@@ -399,6 +415,7 @@ func (in *instance) run(ctx context.Context) error {
 
 	g.Go(func() error {
 		<-stopping.Done() // ctx ended, or a part failed
+		in.draining.Store(true)
 		in.log.Info("stopping: draining in-flight requests", zap.Duration("drainTimeout", in.opts.DrainTimeout))
 		drain, cancel := context.WithTimeout(context.Background(), in.opts.DrainTimeout)
 		defer cancel()
