@@ -10,6 +10,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -365,6 +367,30 @@ func TestE2EProxyQuickStart(t *testing.T) {
 		return seen["a"] && seen["b"], r.body
 	})
 	mustGet(t, c, p.HTTP, "other.example.test", "/", http.StatusNotFound)
+	p.Stop(e2eWait)
+
+	// Without TLS no TLS listener is bound, TCP or UDP (issue 34: the -h example failed
+	// for a non-root user on :443): an --https-addr whose port is taken both ways does
+	// not stop it.
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	udp, err := net.ListenPacket("udp", tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	p = startIngress(t, nil, "proxy", "--from", "quick.example.test", "--to", addr(a), "--http-addr", "127.0.0.1:0",
+		"--https-addr", tcp.Addr().String(), "--admin-addr", "127.0.0.1:0", "--log-format", "json")
+	if p.HTTPS != "" {
+		t.Fatalf("a TLS listener at %s without TLS", p.HTTPS)
+	}
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "--https-addr not bound") && m["httpsAddr"] == tcp.Addr().String()
+	})
+	mustGet(t, c, p.HTTP, "quick.example.test", "/q", http.StatusOK)
 	p.Stop(e2eWait)
 
 	_, bk := echoBackend(t, "backend", 0) // httpsGet expects the body of a backend named so
