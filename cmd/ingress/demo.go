@@ -49,6 +49,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := o.validate(); err != nil {
 		problems = append(problems, err)
 	}
+	if o.Routes != "" || o.RelayCA != "" || o.AllowInsecureRelay {
+		problems = append(problems, errors.New("--routes, --relay-ca and --allow-insecure-relay have no use with ingress demo (it runs its own relay and route table)"))
+	}
 	log, stop, err := startProcess(o, problems, stderr)
 	if err != nil {
 		return err

@@ -54,7 +54,7 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	if o.Routes == "" {
 		var err error
 		if ec, err = env.Read(lookup, env.Options{AllowInsecureRelay: o.AllowInsecureRelay}); err != nil {
-			problems = append(problems, err)
+			problems = append(problems, err, errors.New(withoutRelay))
 		}
 	} else if node, ok := lookup(env.VarNodeID); ok && env.IsID(node) {
 		ec.NodeID = node // standalone statistics still name the node when it is known
@@ -94,6 +94,11 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	steadyGC()
 	return in.run(ctx)
 }
+
+// withoutRelay ends the refusal of an ingress that has neither a relay's variables nor
+// --routes: the ways to run it without a relay.
+const withoutRelay = "without a relay: ingress demo (a demo on loopback), ingress proxy --from HOST --to ADDR (one route), " +
+	"or ingress --routes FILE (a route file); ingress -h lists every command and flag"
 
 // startProcess ends a command's checks: problems (the command line's, joined) refuse it
 // with a configError; otherwise the CPU profile and the process logger start, and stop
@@ -408,7 +413,10 @@ func (in *instance) run(ctx context.Context) error {
 			}
 		})
 	}
-	in.log.Info("ingress started", zap.String("version", version),
+	if why := vulnerableGo(goVersion()); why != "" {
+		in.log.Warn(why)
+	}
+	in.log.Info("ingress started", zap.String("version", version), zap.String("go", goVersion()),
 		zap.Stringer("http", addrString{http1}), zap.Stringer("https", addrString{https}),
 		zap.Stringer("http3", addrString{in.proxy.HTTP3Addr()}),
 		zap.Stringer("admin", addrString{in.adminAddr()}))
