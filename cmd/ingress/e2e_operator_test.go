@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -475,7 +476,7 @@ func TestDockerfile(t *testing.T) {
 	text := strings.ReplaceAll(string(data), "\\\n", " ")
 	args := map[string]string{}
 	env := map[string]string{}
-	var froms, runs []string
+	var froms, runs, platforms []string
 	var user, healthcheck, volume string
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
@@ -485,11 +486,15 @@ func TestDockerfile(t *testing.T) {
 		rest := strings.TrimSpace(strings.TrimPrefix(line, f[0]))
 		switch f[0] {
 		case "ARG":
-			if k, v, ok := strings.Cut(rest, "="); ok {
-				args[k] = v
-			}
+			k, v, _ := strings.Cut(rest, "=")
+			args[k] = v
 		case "FROM":
-			froms = append(froms, f[1])
+			image := f[1]
+			if strings.HasPrefix(image, "--platform=") {
+				platforms = append(platforms, image)
+				image = f[2]
+			}
+			froms = append(froms, image)
 		case "ENV":
 			for _, kv := range strings.Fields(rest) {
 				k, v, _ := strings.Cut(kv, "=")
@@ -532,8 +537,31 @@ func TestDockerfile(t *testing.T) {
 	if u, err := healthURL(env["INGRESS_ADMIN_ADDR"], "/readyz"); err != nil || u != "http://127.0.0.1:9090/readyz" {
 		t.Errorf("the health check would ask %q (%v)", u, err)
 	}
-	if _, err := os.Stat("../../.dockerignore"); err != nil {
-		t.Error(err)
+	// Several architectures (issue 34): the build stage runs on the build machine's
+	// platform and cross-compiles for buildx's TARGETARCH; the toolchain is at least
+	// go.mod's (the golang images' GOTOOLCHAIN=local would take an older 1.27.x).
+	if !slices.Equal(platforms, []string{"--platform=$BUILDPLATFORM"}) {
+		t.Errorf("FROM platforms %q: want the build stage on --platform=$BUILDPLATFORM", platforms)
+	}
+	if _, ok := args["TARGETARCH"]; !ok {
+		t.Errorf("no ARG TARGETARCH: docker buildx --platform linux/arm64 would build for the build machine")
+	}
+	if env["GOTOOLCHAIN"] != "auto" {
+		t.Errorf("GOTOOLCHAIN %q in the build stage, want auto (go.mod's toolchain line as the least)", env["GOTOOLCHAIN"])
+	}
+	ignore, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"bin/pebble", "ingress", ".git/HEAD", "bench/out/x.txt"} {
+		if !dockerIgnored(string(ignore), p) {
+			t.Errorf(".dockerignore does not keep %s out of the build context", p)
+		}
+	}
+	for _, p := range []string{"go.mod", "cmd/ingress/main.go", "proxy/internal/h2/engine.go", "bench/ingress/x.go"} {
+		if dockerIgnored(string(ignore), p) {
+			t.Errorf(".dockerignore keeps %s, which the build needs, out of the build context", p)
+		}
 	}
 
 	// Build with the Dockerfile's own command.
@@ -594,6 +622,27 @@ func TestDockerfile(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, routetable.StateFile)); err != nil {
 		t.Fatalf("the state directory from the image's ENV was not used: %v", err)
 	}
+}
+
+// dockerIgnored reports whether the .dockerignore patterns keep path (slash-separated,
+// relative to the context) out of the build context: the last matching pattern decides
+// ("!" re-includes); a pattern matches the path or a directory above it; "**" matches
+// any number of directories. Enough of Docker's rules for this file.
+func dockerIgnored(patterns, p string) bool {
+	ignored := false
+	for _, line := range strings.Split(patterns, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		negate := strings.HasPrefix(line, "!")
+		pat := strings.Trim(strings.TrimPrefix(line, "!"), "/")
+		re := "^" + strings.NewReplacer(`\*\*/`, "(.*/)?", `\*\*`, ".*", `\*`, "[^/]*", `\?`, "[^/]").Replace(regexp.QuoteMeta(pat)) + "(/.*)?$"
+		if regexp.MustCompile(re).MatchString(p) {
+			ignored = !negate
+		}
+	}
+	return ignored
 }
 
 // TestREADMEWalkthrough follows the README from nothing to a TLS route from a certificate
