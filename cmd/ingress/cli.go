@@ -203,7 +203,8 @@ Examples:
   SERVEZONE_CLUSTER_RELAY_ORIGIN=https://relay.example.com SERVEZONE_CLUSTER_NODE_ID=node-1 \
     ingress --state-dir /var/lib/ingress
 
-More: README.md, docs/standalone.md (the route file), docs/deployment.md.
+More: README.md, docs/flags.md (every flag), docs/standalone.md (the route file),
+docs/deployment.md (building, containers, Kubernetes, systemd).
 
 Flags (--name VALUE or --name=VALUE; booleans --name or --name=false; durations with a
 unit: 500ms, 30s, 2m, 1h):

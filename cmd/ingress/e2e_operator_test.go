@@ -645,21 +645,22 @@ func dockerIgnored(patterns, p string) bool {
 	return ignored
 }
 
-// TestREADMEWalkthrough follows the README from nothing to a TLS route from a certificate
-// file: its openssl command (when openssl is installed; otherwise an equivalent
-// certificate), its routes.json, `ingress validate`, the ingress, and the requests.
+// TestREADMEWalkthrough follows docs/standalone.md from nothing to a TLS route from a
+// certificate file: its openssl command (when openssl is installed; otherwise an
+// equivalent certificate), its routes.json, `ingress validate`, the ingress, and the
+// requests.
 func TestREADMEWalkthrough(t *testing.T) {
 	buildBinary(t)
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/standalone.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "### From nothing to a TLS route from a certificate file")
+	_, section, ok := strings.Cut(string(readme), "\n## From nothing to a TLS route from a certificate file")
 	if !ok {
-		t.Fatal("the README has no walkthrough section")
+		t.Fatal("docs/standalone.md has no walkthrough section")
 	}
-	section, _, _ = strings.Cut(section, "\n### ")
+	section, _, _ = strings.Cut(section, "\n## ")
 	blocks := func(lang string) []string {
 		var out []string
 		rest := section

@@ -55,5 +55,5 @@ func vulnerableGo(v string) string {
 		}
 	}
 	return fmt.Sprintf("built with %s, which has known vulnerabilities in standard-library code the ingress calls (fixed in %s); "+
-		"rebuild it with GOTOOLCHAIN=%s (see README.md)", v, strings.Join(fixes, " and "), goToolchain)
+		"rebuild it with GOTOOLCHAIN=%s (see docs/deployment.md)", v, strings.Join(fixes, " and "), goToolchain)
 }
