@@ -339,3 +339,23 @@ func TestREADMEQuickStart(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoSaysWhatItBinds: the demo's -h, the README and docs/flags.md name the addresses
+// the demo binds and the flags that move them (issue 34: it bound them without a word).
+func TestDemoSaysWhatItBinds(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags, err := os.ReadFile(filepath.Join(root, "docs", "flags.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"ingress demo -h": helpText(t, "demo"), "README.md": string(readme), "docs/flags.md": string(flags)} {
+		for _, want := range []string{demoHTTPAddr, strings.TrimPrefix(demoHTTPSAddr, "127.0.0.1"), strings.TrimPrefix(demoAdminAddr, "127.0.0.1"), "--http-addr", "--https-addr", "--admin-addr"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s does not say %s", name, want)
+			}
+		}
+	}
+}
