@@ -2,9 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
-	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -110,19 +107,4 @@ func TestFlagDefaultsMatchContract(t *testing.T) {
 		budgetFlag(0) >= 0 || budgetFlag(7) != 7 {
 		t.Fatalf("per-client budgets differ from issue 25's defaults: %+v", o)
 	}
-}
-
-// TestREADMEListsEveryFlag: every flag of the ingress (as -h lists them) has its row in
-// the README's flag table.
-func TestREADMEListsEveryFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := defaultOptions()
-	o.flagSet("ingress", io.Discard).VisitAll(func(f *flag.Flag) {
-		if !bytes.Contains(readme, []byte("| `--"+f.Name+"` |")) {
-			t.Errorf("--%s has no row in the README's flag table", f.Name)
-		}
-	})
 }
