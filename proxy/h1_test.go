@@ -877,9 +877,7 @@ func TestH1ShutdownSparesNewConnections(t *testing.T) {
 
 	fresh := newRawClient(t, e.http)
 	waitFor(t, "connection accepted", func() bool {
-		e.srv.h1.mu.Lock()
-		defer e.srv.h1.mu.Unlock()
-		return len(e.srv.h1.m) == 1
+		return e.srv.h1.count() == 1
 	})
 	// A connection that has been answered and waits for its next request is idle: the
 	// drain closes it at its first pass over the connections. Once it is closed, that

@@ -34,9 +34,7 @@ func sleepers(s *Server) int {
 
 // fastPathConns is how many connections the fast path's set holds.
 func fastPathConns(s *Server) int {
-	s.h1.mu.Lock()
-	defer s.h1.mu.Unlock()
-	return len(s.h1.m)
+	return s.h1.count()
 }
 
 // TestSleeperCompact: a parked plain HTTP/1.1 connection is held as a sleeper: not in
