@@ -21,8 +21,8 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/serve-zone/ingress/internal/binarytest"
-	"github.com/serve-zone/ingress/internal/toolbin"
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/internal/toolbin"
 	"github.com/serve-zone/ingress/routetable"
 )
 
