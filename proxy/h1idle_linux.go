@@ -74,8 +74,6 @@ type parker struct {
 	stopped bool
 	// addFailed: a registration failed and was logged (once per server).
 	addFailed bool
-	// spare is wake's reserve descriptor (h1sleep_linux.go).
-	spare wakeSpare
 
 	// The memory release after a wave of parks (Config.ReleaseIdleMemory).
 	lastPark    time.Duration // since epoch
@@ -135,7 +133,6 @@ func newParker(s *Server) (*parker, error) {
 		_ = p.ep.Close()
 		return nil, err
 	}
-	p.spare.fill()
 	return p, nil
 }
 
@@ -276,7 +273,6 @@ func (p *parker) run() {
 	defer func() {
 		_ = unix.Close(p.wake)
 		_ = p.ep.Close() // epfd
-		p.spare.close()
 	}()
 	events := make([]unix.EpollEvent, parkBatch)
 	var ready, hungUp, expired []parkee // to serve, to close, to end

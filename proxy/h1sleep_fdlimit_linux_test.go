@@ -17,10 +17,11 @@ import (
 const fdLimitChild = "PROXY_TEST_FDLIMIT_CHILD"
 
 // TestSleeperWakeAtDescriptorLimit: a sleeping connection whose client sends its next
-// request while the process has no descriptor to spare is answered, as a connection
-// parked in its full form (which needs no descriptor to wake) would be: waking must
-// not need a second descriptor, or must get one back, rather than drop the request.
-// The body runs in a child process, whose descriptor limit it lowers to what is open.
+// request while the process has no descriptor free at all is answered, as a connection
+// parked in its full form would be: waking needs no second descriptor
+// (rawnet.NewSockConn). Issue 33 found a wake that borrowed a spare descriptor's room
+// losing it to an accept in between, and its request with it. The body runs in a child
+// process, whose descriptor limit it lowers to what is open.
 func TestSleeperWakeAtDescriptorLimit(t *testing.T) {
 	skipUnlessParking(t)
 	if os.Getenv(fdLimitChild) == "" {

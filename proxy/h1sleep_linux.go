@@ -2,9 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"net"
-	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,18 +29,18 @@ import (
 //     (clients.Hold.Move), its bytes are flushed to its last hostname, and it leaves
 //     the fast path's set (Shutdown reaches sleepers through the parker: endSleepers).
 //   - Readable again, the sleeper wakes on a goroutine the parker starts (the server's
-//     h1 wait group): net.FileConn rebuilds the connection from the descriptor, the
-//     budget's place moves back, and the fast path serves on as on any idle connection
-//     (a dozen system calls, a few microseconds: paid once per wake of a connection that
-//     was idle for at least h1ParkSoon).
+//     h1 wait group): its descriptor becomes the connection's as it is
+//     (rawnet.NewSockConn: no duplicate, so a process at its descriptor limit wakes its
+//     sleepers as it serves its other connections), the budget's place moves back, and
+//     the fast path serves on as on any idle connection (three system calls: paid once
+//     per wake of a connection that was idle longer than its client's pace asks).
 //   - The idle timeout, a hang-up, Shutdown and the parker's stop close it like any
 //     parked connection; an abuse verdict (clients.Table.Strike reaches it through its
 //     place, or through the clientConn it had when the strike chose that before the
 //     place moved: clientConn.End, h1Conn.asleep) resets it, whether it sleeps, is
 //     being put to sleep or is waking.
-//   - A client that reset the connection before it woke leaves a socket net.FileConn
-//     cannot name the peer of: it is closed. At the descriptor limit the wake's
-//     duplicate takes the parker's spare descriptor's room (wakeSpare).
+//   - A client that reset the connection before it woke leaves a socket with no peer to
+//     name: it is closed.
 //
 // States (sl.state): h1Idle while its owner puts it to sleep or wakes it, h1Parked while
 // the parker holds it, h1Closing once someone ended it, h1Active once it woke into a
@@ -181,23 +178,21 @@ func (sl *h1Sleeper) close(reset bool) {
 // goroutine of the server's h1 wait group); parkable false: it does not park again.
 func (sl *h1Sleeper) wake(parkable bool) {
 	s := sl.s
-	nc, err := s.parker.fileConn(os.NewFile(uintptr(sl.fd), "")) // its own duplicate
+	// The sleeper's own descriptor becomes the connection's: no duplicate (a process at
+	// its descriptor limit has none to spare), three system calls.
+	nc, err := rawnet.NewSockConn(int(sl.fd))
 	if err != nil {
-		s.log.Warn("a parked connection could not be woken; it is closed", zap.Error(err))
+		// ErrNotConnected: the client reset the connection since it became readable (a
+		// request and a reset at once); without its address it cannot be served
+		// (X-Forwarded-For, net/http), and nobody is there to answer.
+		if !errors.Is(err, rawnet.ErrNotConnected) {
+			s.log.Warn("a parked connection could not be woken; it is closed", zap.Error(err))
+		}
 		sl.hold.Close()
 		s.totals.Conn(stats.ProtoHTTP1, -1)
 		return
 	}
-	if nc.RemoteAddr() == nil {
-		// net.FileConn ignores getpeername's failure: the client reset the connection
-		// since it became readable (a request and a reset at once). Without its
-		// address the connection cannot be served (X-Forwarded-For, net/http).
-		_ = nc.Close()
-		sl.hold.Close()
-		s.totals.Conn(stats.ProtoHTTP1, -1)
-		return
-	}
-	cc := &clientConn{Conn: rawnet.Wrap(nc), s: s, lastHost: sl.lastHost, via: sl.via}
+	cc := &clientConn{Conn: nc, s: s, lastHost: sl.lastHost, via: sl.via}
 	cc.proto.Store(uint32(stats.ProtoHTTP1))
 	cc.counted.Store(sl.counted)
 	c := &h1Conn{s: s, cc: cc, ho: s.hoHTTP, started: time.Now(), served: 1, pace: sl.pace}
@@ -244,62 +239,4 @@ func (p *parker) endSleepers() {
 	for _, sl := range left {
 		sl.close(false)
 	}
-}
-
-// wakeSpare is a descriptor the parker keeps in reserve for wake: net.FileConn
-// duplicates the sleeper's descriptor before wake closes it, so a wake holds two for a
-// moment (a connection parked in full needs none to wake). At the descriptor limit
-// (EMFILE, ENFILE) the spare is closed to make room for the duplicate and opened again
-// once the sleeper's own descriptor is closed, so that a sleeper's request is not lost
-// for want of a descriptor; wakes at the limit go one at a time. The zero value holds
-// none (open is false: fd 0 is nobody's to close).
-type wakeSpare struct {
-	mu   sync.Mutex
-	fd   int  // an eventfd, when open
-	open bool // fd is the spare's
-	off  bool // the parker's run ended: no spare is opened again
-}
-
-// fill opens the spare when there is none (under mu, or before the parker runs).
-func (sp *wakeSpare) fill() {
-	if sp.open || sp.off {
-		return
-	}
-	if fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC); err == nil {
-		sp.fd, sp.open = fd, true
-	}
-}
-
-// drop closes the spare, if open (under mu).
-func (sp *wakeSpare) drop() {
-	if sp.open {
-		_ = unix.Close(sp.fd)
-		sp.fd, sp.open = 0, false
-	}
-}
-
-// close closes the spare for good (the parker's run, as it ends).
-func (sp *wakeSpare) close() {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	sp.drop()
-	sp.off = true
-}
-
-// fileConn is net.FileConn(f), retried in the spare descriptor's room at the
-// descriptor limit; it closes f.
-func (p *parker) fileConn(f *os.File) (net.Conn, error) {
-	nc, err := net.FileConn(f)
-	if err == nil || !errors.Is(err, unix.EMFILE) && !errors.Is(err, unix.ENFILE) {
-		_ = f.Close()
-		return nc, err
-	}
-	sp := &p.spare
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	sp.drop()
-	nc, err = net.FileConn(f)
-	_ = f.Close() // the sleeper's descriptor: room for the spare again
-	sp.fill()
-	return nc, err
 }

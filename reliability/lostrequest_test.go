@@ -36,7 +36,8 @@ func newFullListener(t *testing.T) *fullListener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err == nil {
+	err = syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+	if err == nil {
 		err = syscall.Listen(fd, 0)
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -14,7 +15,15 @@ import (
 // crypto/tls and net/http, which serialize them); a read and a write may overlap.
 type TCPConn struct {
 	*net.TCPConn
+	rawIO
+}
+
+// rawIO is Read and Write as raw calls inside a syscall.RawConn's callbacks, for
+// TCPConn and SockConn; their step method values are made once per connection.
+type rawIO struct {
 	rc syscall.RawConn
+	// local and remote name the connection in errors.
+	local, remote func() net.Addr
 
 	rfn  func(fd uintptr) bool
 	rb   []byte
@@ -27,6 +36,15 @@ type TCPConn struct {
 	wb   []byte
 	wn   int
 	werr error
+
+	// closed: a SockConn's Close ran (its file's errors then say "use of closed file",
+	// which is net.ErrClosed to callers).
+	closed atomic.Bool
+}
+
+func (c *rawIO) init(rc syscall.RawConn, local, remote func() net.Addr) {
+	c.rc, c.local, c.remote = rc, local, remote
+	c.rfn, c.wfn = c.readStep, c.writeStep
 }
 
 // Wrap returns c as a *TCPConn when it is a *net.TCPConn, and c itself otherwise.
@@ -39,13 +57,13 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	r := &TCPConn{TCPConn: tc, rc: rc}
-	r.rfn, r.wfn = r.readStep, r.writeStep
+	r := &TCPConn{TCPConn: tc}
+	r.init(rc, tc.LocalAddr, tc.RemoteAddr)
 	return r
 }
 
 // Read reads like net.TCPConn.Read: io.EOF at the end, *net.OpError otherwise.
-func (c *TCPConn) Read(b []byte) (int, error) {
+func (c *rawIO) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -66,10 +84,10 @@ func (c *TCPConn) Read(b []byte) (int, error) {
 // BytesRead is how many bytes Read returned in all: under crypto/tls, the record bytes
 // taken from the socket, which tells whether a record is part-way in (proxy's idle TLS
 // connections). Like Read, it belongs to the one goroutine that reads.
-func (c *TCPConn) BytesRead() int64 { return c.got }
+func (c *rawIO) BytesRead() int64 { return c.got }
 
 // Write writes all of b like net.TCPConn.Write, waiting for room as often as needed.
-func (c *TCPConn) Write(b []byte) (int, error) {
+func (c *rawIO) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -86,7 +104,7 @@ func (c *TCPConn) Write(b []byte) (int, error) {
 	return n, c.opError("write", err)
 }
 
-func (c *TCPConn) readStep(fd uintptr) bool {
+func (c *rawIO) readStep(fd uintptr) bool {
 	for {
 		n, err := Read(int(fd), c.rb)
 		switch {
@@ -105,7 +123,7 @@ func (c *TCPConn) readStep(fd uintptr) bool {
 	}
 }
 
-func (c *TCPConn) writeStep(fd uintptr) bool {
+func (c *rawIO) writeStep(fd uintptr) bool {
 	for c.wn < len(c.wb) {
 		n, err := Write(int(fd), c.wb[c.wn:])
 		switch {
@@ -124,14 +142,21 @@ func (c *TCPConn) writeStep(fd uintptr) bool {
 
 // opError shapes err as net.TCPConn's Read and Write do: a *net.OpError around the cause
 // (os.ErrDeadlineExceeded, net.ErrClosed or an *os.SyscallError), not around the
-// RawConn's own "raw-read" error.
-func (c *TCPConn) opError(op string, err error) error {
+// RawConn's own "raw-read" error. A closed SockConn's errors read as net.ErrClosed.
+func (c *rawIO) opError(op string, err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) {
 		err = oe.Err
 	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	if c.closed.Load() {
+		err = net.ErrClosed
+	}
 	if errno, ok := err.(syscall.Errno); ok {
 		err = os.NewSyscallError(op, errno)
 	}
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	return &net.OpError{Op: op, Net: "tcp", Source: c.local(), Addr: c.remote(), Err: err}
 }
