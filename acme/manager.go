@@ -256,6 +256,7 @@ func (m *Manager) Run(ctx context.Context, httpAddr, httpsAddr net.Addr) error {
 	defer m.stop(e, &watching)
 	defer m.startOnce.Do(func() { close(m.started) }) // a Run that failed or ended early
 	if m.shared != nil {
+		m.health.active.Store(true)
 		watching.Go(func() { m.watchStore(ctx) })
 	}
 

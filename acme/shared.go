@@ -56,8 +56,20 @@ func CheckStorage(rawURL, prefix string) (redacted string, err error) {
 
 // StorageHasPassword reports whether a shared store's URL carries a password.
 func StorageHasPassword(rawURL string) bool {
+	return StoragePassword(rawURL, "") != ""
+}
+
+// StoragePassword is the password a shared store is given: password when set, else the
+// URL's ("" for none). Only a scrubber may be built from it.
+func StoragePassword(rawURL, password string) string {
+	if password != "" {
+		return password
+	}
 	ep, err := redisstore.ParseURL(rawURL)
-	return err == nil && ep.Password != ""
+	if err != nil {
+		return ""
+	}
+	return ep.Password
 }
 
 // newShared builds the shared store and its health (no I/O).
@@ -142,6 +154,9 @@ type storeHealth struct {
 	log      *zap.Logger
 	endpoint string
 	failures atomic.Uint64
+	// active is set by Run: before it, the store's answers are CheckStore's, whose
+	// caller reports them.
+	active atomic.Bool
 
 	mu       sync.Mutex
 	down     bool
@@ -158,6 +173,9 @@ func newStoreHealth(log *zap.Logger) *storeHealth {
 
 // observe is redisstore's Observe: nil for an answer, else the failure.
 func (h *storeHealth) observe(err error) {
+	if !h.active.Load() {
+		return
+	}
 	now := time.Now()
 	if err == nil {
 		h.mu.Lock()
