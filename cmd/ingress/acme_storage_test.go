@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -172,4 +173,52 @@ func TestACMEStorageEchoedPassword(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestE2EACMEStorageEchoWhileRunning: a store that takes the password, then answers every
+// command with an error that echoes it (in every encoding of internal/echotest): the
+// binary starts, reports the store as not answering (with the answer's fingerprint) and
+// keeps retrying; no line of its output, debug included, holds the password or a run of
+// the echo as it was sent.
+func TestE2EACMEStorageEchoWhileRunning(t *testing.T) {
+	buildBinary(t)
+	t.Parallel()
+	var encoded []string
+	for _, e := range echotest.Encodings {
+		encoded = append(encoded, e.Fn(storagePassword))
+	}
+	echo := strings.Join(encoded, " ")
+	addr := redistest.Fake(t, func(args []string) string {
+		switch strings.ToUpper(args[0]) {
+		case "HELLO":
+			return "-ERR unknown command 'HELLO'\r\n"
+		case "AUTH":
+			return "+OK\r\n"
+		case "PING":
+			return "+PONG\r\n"
+		}
+		return "-ERR " + echo + "\r\n"
+	})
+	p := startIngress(t, nil, binarytest.BaseArgs("--routes", acmeRoutesFile(t), "--acme-agree",
+		"--acme-ca", "https://127.0.0.1:"+deadPort(t)+"/dir",
+		"--acme-storage", "redis://ingress@"+addr+"/0", "--acme-storage-password-file", writeSecret(t, storagePassword))...)
+	line := p.WaitLine(e2eWait, func(m map[string]any) bool {
+		return m["msg"] == "acme: the certificate store does not answer; the certificates held are served, orders and renewals wait for it"
+	})
+	if got := fmt.Sprint(line["error"]); !strings.Contains(got, "the server answered ERR (") || line["store"] != "redis://ingress:xxxxx@"+addr+"/0" {
+		t.Errorf("the store's failure line: %v", line)
+	}
+	_, body := readyz(t, p.Admin)
+	if !strings.Contains(body, "acme: degraded: the certificate store redis://ingress:xxxxx@"+addr+"/0 does not answer") {
+		t.Errorf("/readyz does not explain the store:\n%s", body)
+	}
+	p.Stop(e2eWait)
+	out := p.Output() + "\n" + body
+	for _, m := range encoded {
+		if w, ok := echotest.SharesWindow(out, m, 8); ok {
+			t.Errorf("the output holds %q of the server's echo %q", w, m)
+			break
+		}
+	}
+	assertNoPassword(t, out)
 }

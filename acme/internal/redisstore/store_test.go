@@ -8,7 +8,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -509,4 +512,136 @@ func TestResourceOf(t *testing.T) {
 			t.Errorf("resourceOf(%s) = %q %v, want %q", key, got, ok, want)
 		}
 	}
+}
+
+// tlsFront serves TLS for "localhost" with a fresh certificate at a loopback port and
+// forwards each connection to addr; it returns its port and the certificate's pool.
+func tlsFront(t *testing.T, addr string) (string, *x509.CertPool) {
+	t.Helper()
+	c, k, err := testcert.Generate("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := tls.X509KeyPair([]byte(c), []byte(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{kp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				done := make(chan struct{})
+				go func() { _, _ = io.Copy(out, in); out.Close(); close(done) }()
+				_, _ = io.Copy(in, out)
+				in.Close()
+				<-done
+			})
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(c))
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port, pool
+}
+
+// TestTLS: rediss:// verifies the server's certificate against RootCAs (the system's
+// roots when nil), and says why it refused one without the names the server chose.
+func TestTLS(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Password: testPassword})
+	port, roots := tlsFront(t, srv.Addr)
+	ctx := context.Background()
+	good := newStore(t, srv, Options{URL: "rediss://localhost:" + port + "/0", RootCAs: roots})
+	if err := good.Ping(ctx); err != nil {
+		t.Fatalf("Ping over TLS: %v", err)
+	}
+	if err := good.Store(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	untrusted := newStore(t, srv, Options{URL: "rediss://localhost:" + port + "/0"})
+	err := untrusted.Ping(ctx)
+	var e *Error
+	if !errors.As(err, &e) || !e.Unreachable || !strings.Contains(err.Error(), "TLS: the server's certificate is signed by an authority not trusted") {
+		t.Errorf("Ping to an untrusted server: %v", err)
+	}
+	plain := newStore(t, srv, Options{URL: "rediss://" + srv.Addr + "/0", RootCAs: roots})
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := plain.Ping(short); err == nil || strings.Contains(err.Error(), testPassword) {
+		t.Errorf("TLS to a plain server: %v", err)
+	}
+}
+
+// TestUnansweredExistsSaysYes: certmagic decides whether to order by asking Exists; a
+// server that does not answer must not make it order.
+func TestUnansweredExistsSaysYes(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Password: testPassword})
+	var failures atomic.Int32
+	s := newStore(t, srv, Options{Observe: func(err error) {
+		if err != nil {
+			failures.Add(1)
+		}
+	}})
+	ctx := context.Background()
+	if s.Exists(ctx, res+".crt") {
+		t.Fatal("Exists of a missing key")
+	}
+	srv.Stop()
+	if !s.Exists(ctx, res+".crt") {
+		t.Error("Exists with the server down said no")
+	}
+	if _, err := s.Load(ctx, res+".key"); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load with the server down: %v, want a failure that is not fs.ErrNotExist", err)
+	}
+	if failures.Load() == 0 {
+		t.Error("no failure observed")
+	}
+}
+
+// FuzzParseURL: whatever the URL, a refusal never quotes its password, and the redacted
+// form never holds it.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{
+		"redis://127.0.0.1:6379/0", "rediss://user:pa55word-x@redis.example:6380/3", "redis://:secretsecret@[::1]/",
+		"redis://u:p%40ss%3Aword@h:1/0", "redis://h", "http://u:pw@h:1", "redis://u:pw@h:99999/0?x=1#f",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := url.Parse(raw)
+		if err != nil || u.User == nil {
+			return
+		}
+		pw, ok := u.User.Password()
+		if !ok || len(pw) < 6 {
+			return
+		}
+		ep, err := ParseURL(raw)
+		if err != nil {
+			if strings.Contains(err.Error(), pw) {
+				t.Fatalf("the refusal of %q quotes the password: %v", raw, err)
+			}
+			return
+		}
+		if strings.Contains(ep.Redacted(), pw) && !strings.Contains(ep.Host, pw) && !strings.Contains(ep.Username, pw) {
+			t.Fatalf("Redacted(%q) = %q holds the password", raw, ep.Redacted())
+		}
+		if ep.Password != pw {
+			t.Fatalf("ParseURL(%q) password %q, want %q", raw, ep.Password, pw)
+		}
+	})
 }
