@@ -50,7 +50,7 @@ type sharedRigs struct {
 
 // startShared runs n rigs sharing one Redis store, their CA Pebble behind a Front, its
 // validations through a Splitter that sends each to a rig that did not order the name.
-func startShared(t *testing.T, n int, opts Options) *sharedRigs {
+func startShared(t *testing.T, n int, validity time.Duration, opts Options) *sharedRigs {
 	t.Helper()
 	pebbletest.Binary(t)
 	s := &sharedRigs{redis: redistest.Start(t, redistest.Options{Password: redisPassword})}
@@ -70,7 +70,7 @@ func startShared(t *testing.T, n int, opts Options) *sharedRigs {
 		}
 		return other.httpsAddr.String(), nil
 	})
-	s.peb = pebbletest.Start(t, pebbletest.Options{HTTPPort: s.split.HTTPPort, TLSPort: s.split.TLSPort})
+	s.peb = pebbletest.Start(t, pebbletest.Options{HTTPPort: s.split.HTTPPort, TLSPort: s.split.TLSPort, Validity: validity})
 	s.front = s.peb.Front(t)
 	for _, r := range s.rigs {
 		r.mgr.opts.CA, r.mgr.opts.Roots = s.front.Directory, s.front.Roots
@@ -173,7 +173,7 @@ func TestSharedStoreOneOrder(t *testing.T) {
 	for _, ch := range []string{HTTP01, TLSALPN01} {
 		t.Run(ch, func(t *testing.T) {
 			t.Parallel()
-			s := startShared(t, 2, Options{Challenges: []string{ch}})
+			s := startShared(t, 2, 0, Options{Challenges: []string{ch}})
 			const a, b = "a.shared.test", "b.shared.test"
 			s.apply(route{host: a, acme: true}, route{host: b, acme: true})
 			s.start()
@@ -218,7 +218,7 @@ func issuerKeyOf(t *testing.T, s *sharedRigs) string {
 // step.
 func TestSharedStoreDown(t *testing.T) {
 	t.Parallel()
-	s := startShared(t, 2, Options{})
+	s := startShared(t, 2, 0, Options{})
 	const held, added = "held.shared.test", "added.shared.test"
 	s.apply(route{host: held, acme: true})
 	s.start()
@@ -265,6 +265,44 @@ func TestSharedStoreDown(t *testing.T) {
 	}
 	if n := s.front.Orders(held); n != 1 {
 		t.Errorf("%s was ordered %d times", held, n)
+	}
+}
+
+// TestSharedStoreRenewsOnce: with certificates that live 12 s, two replicas sharing a
+// store renew a name once (one of them orders, under the lock; the other finds the
+// renewed certificate stored) and both serve the renewed certificate.
+func TestSharedStoreRenewsOnce(t *testing.T) {
+	t.Parallel()
+	s := startShared(t, 2, 12*time.Second, Options{RenewCheckInterval: time.Second})
+	const name = "renew.shared.test"
+	s.apply(route{host: name, acme: true})
+	s.start()
+	roots := s.peb.IssuingRoots(t)
+	first, _ := s.converge(t, name, roots)
+	var renewed *x509.Certificate
+	for i, r := range s.rigs {
+		leaf := r.waitServed(name, roots, func(l *x509.Certificate) bool { return l.SerialNumber.Cmp(first.SerialNumber) != 0 })
+		if renewed == nil {
+			renewed = leaf
+		}
+		if leaf.SerialNumber.Cmp(renewed.SerialNumber) != 0 {
+			// A second renewal may have come between the two checks; it must be newer.
+			if !leaf.NotBefore.After(renewed.NotBefore) {
+				t.Errorf("rig %d serves %s, not the renewed %s", i, leaf.SerialNumber, renewed.SerialNumber)
+			}
+		}
+	}
+	renewals := 0
+	for _, r := range s.rigs {
+		for _, e := range r.rec.since(0) {
+			if e.Kind == "obtaining" && e.Hostname == name && e.Renewal {
+				renewals++
+			}
+		}
+	}
+	// Both serve the first renewal seconds after it; the next is due 8 s later.
+	if orders := s.front.Orders(name); renewals != 1 || orders != 2 {
+		t.Errorf("%d renewal orders placed by the rigs and %d orders at the CA, want 1 and 2 (the first, then the renewal)", renewals, orders)
 	}
 }
 
