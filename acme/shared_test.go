@@ -174,7 +174,9 @@ func TestSharedStoreOneOrder(t *testing.T) {
 		t.Run(ch, func(t *testing.T) {
 			t.Parallel()
 			s := startShared(t, 2, 0, Options{Challenges: []string{ch}})
-			const a, b = "a.shared.test", "b.shared.test"
+			// Names of their own: certmagic keeps the challenges under way in one map per
+			// process, by name, and the subtests run at once.
+			a, b := "a."+ch+".shared.test", "b."+ch+".shared.test"
 			s.apply(route{host: a, acme: true}, route{host: b, acme: true})
 			s.start()
 			roots := s.peb.IssuingRoots(t)

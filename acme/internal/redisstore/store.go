@@ -21,8 +21,8 @@
 // write that fails, leaves the resource as it was, and a Delete that undoes the first two
 // after the third failed (storeTx's rollback) only forgets what waited. Reading, the
 // .key's Load reads the three in one MULTI/EXEC and the .crt's and .json's Loads that
-// follow within a second are answered from what it read. So no replica loads a
-// certificate with another one's key, even while a renewal writes.
+// follow within 250 ms are answered from what it read (unless a lock was taken since).
+// So no replica loads a certificate with another one's key, even while a renewal writes.
 //
 // Every round trip's outcome goes to Options.Observe (health), and every error is an
 // *Error whose text never quotes the server.
@@ -113,6 +113,7 @@ type Store struct {
 	held   map[string]*heldLock
 	staged map[string]*staged   // by resource (the key without its extension)
 	snaps  map[string]*snapshot // by resource: read as one (readResource)
+	epoch  uint64               // locks taken so far: snapshots older than the last are void
 }
 
 // heldLock is a lock this Store holds and renews.
@@ -393,12 +394,14 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, error) {
 
 // snapshotFresh is how long a resource read as one answers the reads of its files that
 // follow (certmagic reads the .key, then the .crt and the .json, microseconds apart).
-const snapshotFresh = time.Second
+const snapshotFresh = 250 * time.Millisecond
 
-// snapshot is a certificate resource read as one: its files' values (nil: missing).
+// snapshot is a certificate resource read as one: its files' values (nil: missing), when
+// the read started, and the lock epoch then.
 type snapshot struct {
 	files map[string][]byte
 	at    time.Time
+	epoch uint64
 }
 
 // readResource serves the read of a resource's .key, which certmagic makes first: the
@@ -409,6 +412,9 @@ type snapshot struct {
 func (s *Store) readResource(ctx context.Context, res, key string) ([]byte, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
+	s.mu.Lock()
+	snap := &snapshot{files: map[string][]byte{}, at: time.Now(), epoch: s.epoch}
+	s.mu.Unlock()
 	names := []string{res + ".key", res + ".crt", res + ".json"}
 	cmds := make([]*redis.StringCmd, len(names))
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -420,7 +426,6 @@ func (s *Store) readResource(ctx context.Context, res, key string) ([]byte, erro
 	if err = s.result("load", err); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	snap := &snapshot{files: map[string][]byte{}, at: time.Now()}
 	for i, n := range names {
 		if v, err := cmds[i].Bytes(); err == nil {
 			snap.files[n] = v
@@ -443,12 +448,14 @@ func (s *Store) readResource(ctx context.Context, res, key string) ([]byte, erro
 
 // fromSnapshot answers key from its resource's fresh snapshot, if there is one. A fresh
 // snapshot also answers a .key read (it is not read again), so that readers racing each
-// other all get the same three.
+// other all get the same three. A snapshot read before this Store last took a lock
+// answers nothing: what certmagic reads under a lock (to decide whether an order is still
+// needed) must be what the lock's previous holder left.
 func (s *Store) fromSnapshot(res, key string) (v []byte, found, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sn := s.snaps[res]
-	if sn == nil || time.Since(sn.at) > snapshotFresh {
+	if sn == nil || time.Since(sn.at) > snapshotFresh || sn.epoch != s.epoch {
 		return nil, false, false
 	}
 	v, found = sn.files[key]
@@ -665,6 +672,7 @@ func (s *Store) hold(name, token string) {
 		prev.cancel() // it had expired (or Lock would not have succeeded): its renewal ends
 	}
 	s.held[name] = h
+	s.epoch++
 	s.mu.Unlock()
 	s.wg.Go(func() {
 		defer close(h.done)

@@ -345,7 +345,7 @@ func TestResourceWrittenAsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = dead.Close()
-	forgetSnapshots(r) // as if a second passed: r reads the server again
+	forgetSnapshots(r) // as if snapshotFresh passed: r reads the server again
 	if got, _ := r.Load(ctx, res+".key"); string(got) != string(old.key) {
 		t.Fatal("a writer that died before the .json changed the stored key")
 	}
@@ -425,7 +425,7 @@ func TestReaderRacingRenewal(t *testing.T) {
 		r := newStore(t, srv, Options{})
 		wg.Go(func() {
 			for i := 0; i < reads && written.Load() < writes; i++ {
-				forgetSnapshots(r) // each read goes to the server, as reads a second apart do
+				forgetSnapshots(r) // each read goes to the server, as reads further apart than snapshotFresh do
 				if err := loadResource(ctx, r); err != nil {
 					if bad.Add(1) == 1 {
 						t.Errorf("read %d: %v", i, err)
@@ -644,4 +644,40 @@ func FuzzParseURL(f *testing.F) {
 			t.Fatalf("ParseURL(%q) password %q, want %q", raw, ep.Password, pw)
 		}
 	})
+}
+
+// TestLockVoidsSnapshots: what a replica reads after it took a lock is what the lock's
+// previous holder left, even when it read the resource a moment before (certmagic decides
+// under the lock whether a renewal is still needed: a stale read orders twice).
+func TestLockVoidsSnapshots(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Password: testPassword})
+	w := newStore(t, srv, Options{})
+	r := newStore(t, srv, Options{})
+	ctx := context.Background()
+	old, renewed := newPair(t, "app.example.test"), newPair(t, "app.example.test")
+	if err := storeTx(ctx, w, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Lock(ctx, "issue_cert_app"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.Load(ctx, res+".key"); string(got) != string(old.key) { // r's snapshot: the old three
+		t.Fatal("first read")
+	}
+	if err := storeTx(ctx, w, renewed); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Unlock(ctx, "issue_cert_app"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Lock(ctx, "issue_cert_app"); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Unlock(ctx, "issue_cert_app")
+	if got, _ := r.Load(ctx, res+".key"); string(got) != string(renewed.key) {
+		t.Fatal("under the lock, a read answered from a snapshot taken before it")
+	}
+	if err := loadResource(ctx, r); err != nil {
+		t.Fatal(err)
+	}
 }
