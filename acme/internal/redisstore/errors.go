@@ -49,11 +49,15 @@ var serverCodes = map[string]bool{
 	"UNBLOCKED": true, "NOTBUSY": true,
 }
 
-// describe turns a client error into an *Error (context errors are returned as they are:
-// the caller gave up, the server did not fail).
+// describe turns a client error into an *Error. A cancellation is returned as it is (only
+// a caller cancels: Store.result tells those apart before); a deadline met is the store's
+// own (opTimeout): no answer in time.
 func describe(op string, err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isNetTimeout(err) {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Op: op, Unreachable: true, text: "no answer in time", err: err}
 	}
 	var e *Error
 	if errors.As(err, &e) {
@@ -100,11 +104,6 @@ func describe(op string, err error) error {
 		return &Error{Op: op, Unreachable: true, text: "cannot reach the server: " + netText(err), err: err}
 	}
 	return &Error{Op: op, text: "unexpected failure (" + redact.Fingerprint(err.Error()) + ")", err: err}
-}
-
-func isNetTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // netText is the text of a connection failure: the net.OpError's, or a fixed one.

@@ -219,22 +219,31 @@ func (s *Store) LockTTL() time.Duration { return s.ttl }
 func (s *Store) fileKey(k string) string { return s.prefix + ":file:" + k }
 func (s *Store) lockKey(n string) string { return s.prefix + ":lock:" + n }
 
-// bounded gives a round trip a deadline when ctx has none.
+// bounded gives a round trip a deadline (opTimeout) when ctx has none.
 func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, opTimeout)
+	return context.WithTimeoutCause(ctx, opTimeout, errOpTimeout)
 }
 
-// result reports a round trip's outcome to Observe and returns its error as an *Error
-// (redis.Nil, a key not found, is an answer and is returned as it is).
-func (s *Store) result(op string, err error) error {
+// errOpTimeout is the cause of the deadlines the store sets itself: a round trip that
+// meets one failed for want of an answer, where one that meets the caller's own deadline
+// or cancellation says nothing of the server.
+var errOpTimeout = errors.New("redisstore: no answer in time")
+
+// result reports a round trip's outcome, made under ctx, to Observe and returns its error
+// as an *Error (redis.Nil, a key not found, is an answer and is returned as it is). When
+// the caller's context ended, the error is the context's and is no outcome.
+func (s *Store) result(ctx context.Context, op string, err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		if s.observe != nil {
 			s.observe(nil)
 		}
 		return err
+	}
+	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errOpTimeout) {
+		return fmt.Errorf("redis %s: %w", op, ctx.Err())
 	}
 	err = describe(op, err)
 	var e *Error
@@ -254,7 +263,7 @@ func (s *Store) isClosed() bool {
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	return s.result("ping", s.rdb.Ping(ctx).Err())
+	return s.result(ctx, "ping", s.rdb.Ping(ctx).Err())
 }
 
 // Store writes value at key; a certificate resource's .key and .crt wait for its .json
@@ -284,7 +293,7 @@ func (s *Store) write(ctx context.Context, files map[string][]byte) error {
 		}
 		return nil
 	})
-	return s.result("store", err)
+	return s.result(ctx, "store", err)
 }
 
 func (s *Store) stage(res, key string, value []byte) {
@@ -383,7 +392,7 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	v, err := s.rdb.HGet(ctx, s.fileKey(key), "v").Bytes()
-	if err = s.result("load", err); err != nil {
+	if err = s.result(ctx, "load", err); err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, &fs.PathError{Op: "load", Path: key, Err: fs.ErrNotExist}
 		}
@@ -423,7 +432,7 @@ func (s *Store) readResource(ctx context.Context, res, key string) ([]byte, erro
 		}
 		return nil
 	})
-	if err = s.result("load", err); err != nil && !errors.Is(err, redis.Nil) {
+	if err = s.result(ctx, "load", err); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	for i, n := range names {
@@ -477,7 +486,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	if err := s.result("delete", s.rdb.Del(ctx, s.fileKey(key)).Err()); err != nil {
+	if err := s.result(ctx, "delete", s.rdb.Del(ctx, s.fileKey(key)).Err()); err != nil {
 		return err
 	}
 	under, err := s.scan(ctx, key, 0)
@@ -489,7 +498,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		for i, k := range batch {
 			keys[i] = s.fileKey(k)
 		}
-		if err := s.result("delete", s.rdb.Del(ctx, keys...).Err()); err != nil {
+		if err := s.result(ctx, "delete", s.rdb.Del(ctx, keys...).Err()); err != nil {
 			return err
 		}
 	}
@@ -504,7 +513,7 @@ func (s *Store) Exists(ctx context.Context, key string) bool {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	n, err := s.rdb.Exists(ctx, s.fileKey(key)).Result()
-	if s.result("exists", err) != nil {
+	if s.result(ctx, "exists", err) != nil {
 		return true
 	}
 	if n > 0 {
@@ -561,7 +570,7 @@ func (s *Store) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error)
 		size = p.HStrLen(ctx, s.fileKey(key), "v")
 		return nil
 	})
-	if err = s.result("stat", err); err != nil && !errors.Is(err, redis.Nil) {
+	if err = s.result(ctx, "stat", err); err != nil && !errors.Is(err, redis.Nil) {
 		return certmagic.KeyInfo{}, err
 	}
 	if ms, err := t.Int64(); err == nil {
@@ -592,7 +601,7 @@ func (s *Store) scan(ctx context.Context, dir string, limit int) ([]string, erro
 			break
 		}
 	}
-	if err := s.result("scan", it.Err()); err != nil {
+	if err := s.result(ctx, "scan", it.Err()); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -646,8 +655,9 @@ func (s *Store) TryLock(ctx context.Context, name string) (bool, error) {
 	token := newToken()
 	rctx, cancel := bounded(ctx)
 	ok, err := s.rdb.SetNX(rctx, s.lockKey(name), token, s.ttl).Result()
+	err = s.result(rctx, "lock", err)
 	cancel()
-	if err = s.result("lock", err); err != nil {
+	if err != nil {
 		return false, err
 	}
 	if !ok {
@@ -690,13 +700,14 @@ func (s *Store) keepAlive(ctx context.Context, name, token string) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, s.renew)
+		rctx, cancel := context.WithTimeoutCause(ctx, s.renew, errOpTimeout)
 		n, err := renewScript.Run(rctx, s.rdb, []string{s.lockKey(name)}, token, s.ttl.Milliseconds()).Int()
+		err = s.result(rctx, "renew lock", err)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		if s.result("renew lock", err) != nil {
+		if err != nil {
 			continue // tried again at the next tick; the TTL covers two misses
 		}
 		if n == 0 {
@@ -730,7 +741,7 @@ func (s *Store) release(ctx context.Context, name, token string) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	n, err := unlockScript.Run(ctx, s.rdb, []string{s.lockKey(name)}, token).Int()
-	if err = s.result("unlock", err); err != nil {
+	if err = s.result(ctx, "unlock", err); err != nil {
 		return err
 	}
 	if n == 0 {

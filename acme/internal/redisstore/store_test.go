@@ -169,11 +169,21 @@ func TestLockExclusiveAndHandedOn(t *testing.T) {
 	if err := b.Unlock(ctx, "issue_cert_x"); err != nil {
 		t.Fatal(err)
 	}
-	// A waiting Lock honours its context.
+	// A waiting Lock honours its context, and a context that ends is no failure of the
+	// server's (whether it ends between tries or during one).
+	var failures atomic.Int32
+	c := newStore(t, srv, Options{LockPoll: time.Millisecond, Observe: func(err error) {
+		if err != nil {
+			failures.Add(1)
+		}
+	}})
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if err := a.Lock(short, "issue_cert_y"); !errors.Is(err, context.DeadlineExceeded) {
+	if err := c.Lock(short, "issue_cert_y"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock of a held name until the context ends: %v", err)
+	}
+	if n := failures.Load(); n > 0 {
+		t.Errorf("a Lock whose context ended counted %d failures of the server", n)
 	}
 }
 
