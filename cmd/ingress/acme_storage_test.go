@@ -130,6 +130,13 @@ func TestACMEStorageAtStart(t *testing.T) {
 	dead := deadPort(t)
 	runRefused(t, append(base, "--acme-storage", "redis://127.0.0.1:"+dead+"/0", "--acme-storage-password-file", writeSecret(t, storagePassword)), nil,
 		"ingress: --acme-storage redis://:xxxxx@127.0.0.1:"+dead+"/0: redis ping: cannot reach the server: dial tcp 127.0.0.1:"+dead+": connect: connection refused")
+	// ingress proxy --acme takes --acme-storage for --state-dir too.
+	out := runRefused(t, []string{"proxy", "--from", "quick.example.test", "--to", "127.0.0.1:1", "--acme", "--acme-agree", "--acme-email", "ops@example.test",
+		"--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0", "--admin-addr", "", "--acme-storage", "redis://127.0.0.1:" + dead + "/0"}, nil,
+		"--acme-storage redis://127.0.0.1:"+dead+"/0: redis ping: cannot reach the server")
+	if strings.Contains(out, "--state-dir") {
+		t.Errorf("ingress proxy --acme with --acme-storage still asks for --state-dir:\n%s", out)
+	}
 }
 
 // TestACMEStorageEchoedPassword: a server that echoes the password back (in every
