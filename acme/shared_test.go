@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +24,10 @@ import (
 const redisPassword = "shared-store-password-4b1f"
 
 // has reports whether an event matching match was recorded.
-func (r *recorder) has(match func(event) bool) (bool, chan struct{}) {
+func (r *recorder) has(match func(event) bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, e := range r.events {
-		if match(e) {
-			return true, nil
-		}
-	}
-	return false, r.changed
+	return slices.ContainsFunc(r.events, match)
 }
 
 // nilTables is a table source with no table.
@@ -83,7 +79,7 @@ func (s *sharedRigs) orderer(name string, limit time.Duration) (int, error) {
 	deadline := time.Now().Add(limit)
 	for {
 		for i, r := range s.rigs {
-			if ok, _ := r.rec.has(is("obtaining", name)); ok {
+			if r.rec.has(is("obtaining", name)) {
 				return i, nil
 			}
 		}
