@@ -13,6 +13,7 @@ import (
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
@@ -58,6 +59,10 @@ const (
 	// h1ParkSoon/2 never park (the idle deadline is renewed only once half its wait is
 	// gone: idleDeadlineStale).
 	h1ParkSoon = 50 * time.Millisecond
+	// h1AwakeMax bounds the wait a client's pace asks for (park.Pace): beyond it a
+	// connection parks whatever its pace (its goroutine's stack is worth more than the
+	// wake it saves).
+	h1AwakeMax = 10 * time.Second
 	// h1ParkCrowd is Server.parkCrowd's default.
 	h1ParkCrowd = 256
 )
@@ -93,6 +98,7 @@ type h1Conn struct {
 	trusted bool
 	raw     syscall.RawConn // the client's TCP connection, for peerHungUp; set lazily
 
+	pace    park.Pace     // its client's pace: how long it waits awake before parking (setIdleDeadline)
 	dlIdle  bool          // the read deadline set is the idle one, set at dlSetAt
 	dlSetAt time.Time     // when the idle deadline was set
 	dlWait  time.Duration // and for how long
@@ -120,6 +126,7 @@ type h1Conn struct {
 	headLen int
 	// The raw loop (h1raw.go).
 	rawFn    func(fd uintptr) bool // rawStep, made once
+	readable func(fd uintptr) bool // awaitIdle's wait, made once (h1idle.go)
 	inRaw    bool                  // inside rawStep: read raw on fd
 	entered  bool                  // the current RawConn.Read has called rawStep
 	fd       int                   // the client's descriptor, inside rawStep
@@ -356,6 +363,9 @@ func (c *h1Conn) finish(handoff bool) {
 // run serves requests; it returns true to hand the connection to net/http.
 func (c *h1Conn) run() (handoff bool) {
 	s := c.s
+	if c.cc.fromLB && !s.takeProxyHeader(c.cc) {
+		return false // balancer.go
+	}
 	if s.h1Off {
 		return true
 	}
@@ -621,10 +631,23 @@ func (c *h1Conn) readHead() int {
 				c.setIdleDeadline()
 			}
 			c.markRecords()
+			if err := c.awaitIdle(); err != nil {
+				return c.readFailed(err) // TLS: the idle wait ended without a byte (h1idle.go)
+			}
+		}
+		if c.rbuf == nil {
+			c.rbuf = getReadBuf() // given back for the last wait (below)
 		}
 		nr, err := c.read(c.rbuf[c.w:])
 		if err == errRawWait {
 			c.headWait = true
+			if c.r == c.w {
+				// Nothing of a request is buffered: the buffer goes back to the pool
+				// while the connection waits in the poller (an awake idle connection
+				// keeps none: park.Pace).
+				putReadBuf(c.rbuf)
+				c.rbuf, c.r, c.w, c.scanned = nil, 0, 0, 0
+			}
 			return h1Wait
 		}
 		if nr > 0 && !c.activate() {
@@ -684,7 +707,9 @@ func headGarbled(b []byte, from int) bool {
 }
 
 // setIdleDeadline sets the deadline of the wait for the next request: the idle timeout,
-// or h1ParkAfter for a connection that parks (the idle timeout then applies to the park).
+// or, for a connection that parks, h1ParkAfter (h1ParkSoon in a crowd) or what its
+// client's pace asks for (park.Pace, up to h1AwakeMax); the idle timeout then applies
+// to the park.
 func (c *h1Conn) setIdleDeadline() {
 	c.dlSetAt = time.Now()
 	d := c.s.cfg.IdleTimeout
@@ -693,9 +718,10 @@ func (c *h1Conn) setIdleDeadline() {
 		if c.s.crowded() {
 			d = h1ParkSoon
 		}
+		d = min(c.pace.Awake(d, h1ParkSoon, h1AwakeMax), c.s.cfg.IdleTimeout)
 	}
 	c.dlWait = d
-	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(d))
+	_ = c.cc.SetReadDeadline(park.Deadline(c.dlSetAt, d)) // one wake-up moves many (park.Coarse)
 	c.dlIdle = true
 }
 

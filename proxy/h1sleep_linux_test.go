@@ -250,6 +250,7 @@ func TestSleepersWakeAll(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.IdleTimeout = 30 * time.Second
 		c.MaxConnsPerClient = -1
+		c.MaxRequestsPerClient = -1                // every woken request is in flight at once, from one address
 		c.ResponseHeaderTimeout = 30 * time.Second // every woken request reaches the target at once
 	})
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})

@@ -19,6 +19,10 @@ const (
 	// RefusalHTTP3Penalty: a QUIC connection from an address penalised for abuse,
 	// refused at the handshake.
 	RefusalHTTP3Penalty
+	// RefusalProxyProtocol: a connection from a trusted load balancer whose PROXY
+	// protocol header was malformed, truncated or did not come in time, closed before
+	// any TLS or HTTP.
+	RefusalProxyProtocol
 	numRefusalKinds
 )
 
@@ -35,6 +39,8 @@ func (k RefusalKind) String() string {
 		return "penalty"
 	case RefusalHTTP3Penalty:
 		return "http3-penalty"
+	case RefusalProxyProtocol:
+		return "proxy-protocol"
 	}
 	return "unknown"
 }

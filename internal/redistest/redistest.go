@@ -6,7 +6,8 @@
 //
 // The binary is found through $REDIS_SERVER, then PATH, then /usr/bin/redis-server
 // (.ci/run installs the Debian package when it is missing). Without it a test is skipped
-// with the reason, unless CI is set: then it fails, so that CI cannot pass by skipping.
+// with the reason (toolbin.Missing, which also says so on the terminal), unless CI is set:
+// then it fails, so that CI cannot pass by skipping.
 package redistest
 
 import (
@@ -24,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/serve-zone/ingress/internal/toolbin"
 )
 
 // Binary returns the path of redis-server, skipping the test (or failing it when the CI
@@ -42,11 +45,7 @@ func Binary(t testing.TB) string {
 	if _, err := os.Stat("/usr/bin/redis-server"); err == nil {
 		return "/usr/bin/redis-server"
 	}
-	msg := "redis-server was not found in $REDIS_SERVER, PATH or /usr/bin; install it with: apt-get install redis-server"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg + " (CI is set, so this fails instead of skipping)")
-	}
-	t.Skip(msg)
+	toolbin.Missing(t, "redis-server was not found in $REDIS_SERVER, PATH or /usr/bin; install it with: apt-get install redis-server")
 	return ""
 }
 
