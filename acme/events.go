@@ -173,6 +173,7 @@ func summary(err error, p *acmez.Problem) string {
 // emitLocal hands e to the test hook, if any.
 func (m *Manager) emitLocal(e event) {
 	if f := m.notify; f != nil {
+		e.at = time.Now()
 		f(e)
 	}
 }

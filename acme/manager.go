@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -20,6 +21,7 @@ import (
 	acmez "github.com/mholt/acmez/v3/acme"
 	"go.uber.org/zap"
 
+	"github.com/serve-zone/ingress/acme/internal/redisstore"
 	"github.com/serve-zone/ingress/internal/jsonx"
 	"github.com/serve-zone/ingress/routetable"
 )
@@ -55,8 +57,11 @@ type Options struct {
 	// system's roots.
 	Roots *x509.CertPool
 	// Dir keeps the certificates, their keys and the account key (certmagic's FileStorage:
-	// directories 0700, files 0600). Required.
+	// directories 0700, files 0600). Required unless Shared is set.
 	Dir string
+	// Shared, when set, keeps them in Redis instead, shared with every replica that
+	// names the same store (Dir is then not used).
+	Shared *SharedStore
 	// Challenges are the challenge types answered: HTTP01 and TLSALPN01; nil means both.
 	// HTTP-01 also needs the plain listener and TLS-ALPN-01 the TLS one (Run).
 	Challenges []string
@@ -103,6 +108,14 @@ type Manager struct {
 
 	metrics *metrics
 
+	// shared and health are the shared store and how it answers (nil without one).
+	shared *redisstore.Store
+	health *storeHealth
+
+	// managing are the goroutines that get a hostname's certificate into the cache
+	// (manage); Run waits for them.
+	managing sync.WaitGroup
+
 	// started is closed once Run has loaded the stored certificates of the first table's
 	// hostnames (Started).
 	started   chan struct{}
@@ -144,6 +157,8 @@ type event struct {
 	// FailureKind and Err are set for "failed".
 	FailureKind string
 	Err         error
+	// at is when it happened (emitLocal sets it).
+	at time.Time
 }
 
 // New checks opts and builds a Manager; it contacts nothing and starts nothing (Run does).
@@ -151,8 +166,8 @@ func New(tables TableSource, opts Options) (*Manager, error) {
 	if tables == nil {
 		return nil, errors.New("acme: a table source is required")
 	}
-	if opts.Dir == "" {
-		return nil, errors.New("acme: a storage directory is required")
+	if opts.Dir == "" && opts.Shared == nil {
+		return nil, errors.New("acme: a storage directory or a shared store is required")
 	}
 	if opts.CA == "" {
 		opts.CA = DefaultCA
@@ -191,7 +206,11 @@ func New(tables TableSource, opts Options) (*Manager, error) {
 		tr.TLSClientConfig = &tls.Config{RootCAs: opts.Roots, MinVersion: tls.VersionTLS12}
 	}
 	m.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
-
+	if opts.Shared != nil {
+		if err := m.newShared(opts.Shared); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
 }
 
@@ -233,8 +252,13 @@ func (m *Manager) Run(ctx context.Context, httpAddr, httpsAddr net.Addr) error {
 		return err
 	}
 	m.eng.Store(e)
-	defer m.stop(e)
+	var watching sync.WaitGroup
+	defer m.stop(e, &watching)
 	defer m.startOnce.Do(func() { close(m.started) }) // a Run that failed or ended early
+	if m.shared != nil {
+		m.health.active.Store(true)
+		watching.Go(func() { m.watchStore(ctx) })
+	}
 
 	t := time.NewTicker(m.opts.TableCheckInterval)
 	defer t.Stop()
@@ -301,7 +325,11 @@ func (m *Manager) newEngine(httpAddr, httpsAddr net.Addr) (*engine, error) {
 	}
 	tmpl.ListenHost = host
 
-	e := &engine{store: newOwnedStorage(&certmagic.FileStorage{Path: m.opts.Dir})}
+	var store certmagic.Storage = &certmagic.FileStorage{Path: m.opts.Dir}
+	if m.shared != nil {
+		store = m.shared
+	}
+	e := &engine{store: newOwnedStorage(store)}
 	e.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return e.cfg, nil },
 		RenewCheckInterval: m.opts.RenewCheckInterval,
@@ -334,8 +362,9 @@ func listenHost(a *net.TCPAddr) string {
 	return a.IP.String()
 }
 
-// stop ends every hostname's management and certmagic's maintenance.
-func (m *Manager) stop(e *engine) {
+// stop ends every hostname's management and certmagic's maintenance, then the store:
+// watching are the goroutines that watch it (Run's context has ended).
+func (m *Manager) stop(e *engine, watching *sync.WaitGroup) {
 	m.mu.Lock()
 	for _, h := range m.hosts {
 		h.cancel()
@@ -346,6 +375,31 @@ func (m *Manager) stop(e *engine) {
 	// nothing of theirs writes into Options.Dir once Run has returned.
 	if !e.store.close(storageCloseWait) {
 		m.log.Warn("acme: certificate store writes still under way after stop", zap.Duration("waited", storageCloseWait))
+	}
+	if !waitFor(&m.managing, storageCloseWait) {
+		m.log.Warn("acme: certificate management still under way after stop", zap.Duration("waited", storageCloseWait))
+	}
+	watching.Wait()
+	if m.shared != nil {
+		// Locks still held (an order cut short) are released: no replica waits for them
+		// to expire.
+		if err := m.shared.Close(); err != nil {
+			m.log.Warn("acme: closing the certificate store", zap.Error(err))
+		}
+	}
+}
+
+// waitFor waits for wg up to limit and reports whether it ended.
+func waitFor(wg *sync.WaitGroup, limit time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -428,18 +482,83 @@ func (m *Manager) sync(ctx context.Context, e *engine, c *routetable.Compiled) {
 		m.log.Info("acme: managing the certificate of a route", zap.String("hostname", a.h.name))
 		m.emitLocal(event{Kind: "managed", Hostname: a.h.name})
 		// A certificate already in storage goes into the cache now, before Started, so
-		// that a restart serves it from the first handshake (a disk read, no CA); one
-		// that is not there is no error here.
-		if _, err := e.cfg.CacheManagedCertificate(a.ctx, a.h.name); err == nil {
-			m.log.Debug("acme: stored certificate loaded", zap.String("hostname", a.h.name))
+		// that a restart serves it from the first handshake (a disk read, no CA); from
+		// then on certmagic's maintenance renews it. One that is not there (or a store
+		// that does not answer) is no error here: manage gets it in the background.
+		if cert, err := e.cfg.CacheManagedCertificate(a.ctx, a.h.name); err == nil {
+			m.loaded(a.h.name, cert)
+			continue
 		}
-		// certmagic checks the certificate's renewal (contacting the CA only when it is
-		// due), or obtains one in the background, retried with its backoff until the
-		// hostname leaves or Run ends.
-		if err := e.cfg.ManageAsync(a.ctx, []string{a.h.name}); err != nil {
-			m.log.Error("acme: certificate management not started", zap.String("hostname", a.h.name), zap.Error(err))
-		}
+		m.managing.Go(func() { m.manage(a.ctx, e, a.h.name) })
 	}
+}
+
+// Retries of manage when the store fails: storeRetry, doubling up to storeRetryMax, and
+// at once when the shared store answers again.
+const (
+	storeRetry    = time.Second
+	storeRetryMax = 30 * time.Second
+	// loadLogEvery bounds manage's lines about one hostname's store failures.
+	loadLogEvery = time.Minute
+)
+
+// manage gets name's certificate into the cache: loaded from the store, or, when the
+// store has none, obtained by certmagic (ObtainCertAsync: it takes the store's lock for
+// the name, looks again, and only then orders, retried with its backoff; so of the
+// replicas sharing a store one orders and the others load what it stored once the lock
+// is theirs). A failure of the store itself is retried here, which certmagic's
+// ManageAsync would not do. It returns once the certificate is in the cache (certmagic's
+// maintenance renews it from then on) or when ctx ends (the hostname left, or Run ended).
+func (m *Manager) manage(ctx context.Context, e *engine, name string) {
+	wait := storeRetry
+	var logged time.Time
+	for {
+		cert, err := e.cfg.CacheManagedCertificate(ctx, name)
+		if err == nil {
+			m.loaded(name, cert)
+			return
+		}
+		if errors.Is(err, fs.ErrNotExist) && ctx.Err() == nil {
+			if err = e.cfg.ObtainCertAsync(ctx, name); err == nil {
+				wait = storeRetry
+				continue // obtained here, or by another replica: load it
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// A store that does not answer is logged by its health, once; anything else
+		// (a stored certificate that does not parse, ...) once a minute per hostname.
+		if !isStoreFailure(err) && time.Since(logged) >= loadLogEvery {
+			logged = time.Now()
+			m.log.Warn("acme: certificate neither loaded from the store nor obtained; retrying",
+				zap.String("hostname", name), zap.Duration("retryIn", wait), zap.Error(err))
+		}
+		var answered <-chan struct{}
+		if m.health != nil {
+			answered = m.health.answered()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-answered:
+			t.Stop()
+		}
+		wait = min(2*wait, storeRetryMax)
+	}
+}
+
+// loaded logs a certificate put into the cache from the store (after an order, here or
+// by another replica sharing the store, or at start).
+func (m *Manager) loaded(name string, cert certmagic.Certificate) {
+	fields := []zap.Field{zap.String("hostname", name)}
+	if cert.Leaf != nil {
+		fields = append(fields, zap.String("serial", cert.Leaf.SerialNumber.Text(16)), zap.Time("notAfter", cert.Leaf.NotAfter))
+	}
+	m.log.Info("acme: certificate loaded from the store", fields...)
 }
 
 // unmanage removes the certificates of names from certmagic's cache: maintenance no

@@ -44,6 +44,8 @@ func (m *metrics) obtained(renewal bool) {
 //	ingress_acme_expiry_timestamp_seconds       earliest end of a certificate's validity (0: none)
 //	ingress_acme_obtained_total{kind}           certificates obtained: new, renewal
 //	ingress_acme_failures_total{kind}           failed attempts by kind (see the Kind constants)
+//	ingress_acme_storage_up                     1 while the shared store answers, else 0 (with --acme-storage)
+//	ingress_acme_storage_failures_total         failed round trips to the shared store (with --acme-storage)
 func (m *Manager) Collector() prometheus.Collector { return collector{m} }
 
 type collector struct{ m *Manager }
@@ -64,11 +66,21 @@ var (
 	descFailures = prometheus.NewDesc("ingress_acme_failures_total",
 		"Failed attempts to obtain or renew a certificate, by kind: ca_unreachable, challenge, rate_limited, terms, ca_refused, other.",
 		[]string{"kind"}, nil)
+	descStoreUp = prometheus.NewDesc("ingress_acme_storage_up",
+		"1 while the shared certificate store (--acme-storage) answers, 0 while it does not (the certificates held are served; orders and renewals wait).",
+		nil, nil)
+	descStoreFailures = prometheus.NewDesc("ingress_acme_storage_failures_total",
+		"Failed round trips to the shared certificate store (--acme-storage): no answer, or an error answer.",
+		nil, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCerts, descRenewal, descExpiry, descObtained, descFailures} {
 		ch <- d
+	}
+	if c.m.health != nil {
+		ch <- descStoreUp
+		ch <- descStoreFailures
 	}
 }
 
@@ -103,6 +115,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descObtained, prometheus.CounterValue, float64(m.metrics.ren.Load()), "renewal")
 	for _, k := range failureKinds {
 		ch <- prometheus.MustNewConstMetric(descFailures, prometheus.CounterValue, float64(m.metrics.failures[k].Load()), k)
+	}
+	if h := m.health; h != nil {
+		up := 1.0
+		if h.isDown() {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(descStoreUp, prometheus.GaugeValue, up)
+		ch <- prometheus.MustNewConstMetric(descStoreFailures, prometheus.CounterValue, float64(h.failures.Load()))
 	}
 }
 

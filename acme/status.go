@@ -120,5 +120,22 @@ func (m *Manager) Explain() []string {
 		}
 	}
 	head := fmt.Sprintf("acme: %d hostname(s), %d with a valid certificate", len(st), valid)
-	return append([]string{head}, lines...)
+	out := []string{head}
+	if l := m.storeLine(now); l != "" {
+		out = append(out, l)
+	}
+	return append(out, lines...)
+}
+
+// storeLine says that the shared store does not answer, or "".
+func (m *Manager) storeLine(now time.Time) string {
+	if m.health == nil {
+		return ""
+	}
+	down, since, cause, missed := m.health.state()
+	if !down {
+		return ""
+	}
+	return fmt.Sprintf("acme: degraded: the certificate store %s does not answer since %s (%s ago, %d failed operations): %s; the certificates held are served, orders and renewals wait for it",
+		m.health.endpoint, since.UTC().Format(time.RFC3339), now.Sub(since).Round(time.Second), missed, cause)
 }

@@ -3,6 +3,7 @@ package acme
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,6 +25,9 @@ type ownedStorage struct {
 }
 
 var errStorageClosed = errors.New("acme: stopped; the certificate store takes no more writes")
+
+// String names the storage underneath (certmagic logs its storage).
+func (o *ownedStorage) String() string { return fmt.Sprint(o.Storage) }
 
 func newOwnedStorage(s certmagic.Storage) *ownedStorage {
 	o := &ownedStorage{Storage: s}
@@ -78,6 +82,23 @@ func (o *ownedStorage) Lock(ctx context.Context, name string) error {
 		return err
 	}
 	return nil
+}
+
+// TryLock is Lock without the wait (certmagic's TryLocker: replicas that find an ARI
+// update's lock taken skip it instead of waiting).
+func (o *ownedStorage) TryLock(ctx context.Context, name string) (bool, error) {
+	tl, ok := o.Storage.(certmagic.TryLocker)
+	if !ok {
+		return false, fmt.Errorf("acme: the certificate store %v cannot try a lock", o.Storage)
+	}
+	if err := o.begin(); err != nil {
+		return false, err
+	}
+	got, err := tl.TryLock(ctx, name)
+	if !got || err != nil {
+		o.end()
+	}
+	return got, err
 }
 
 func (o *ownedStorage) Unlock(ctx context.Context, name string) error {

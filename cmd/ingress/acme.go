@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -10,10 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/acme"
+	"github.com/serve-zone/ingress/env"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -27,9 +31,16 @@ type acmeOptions struct {
 	CARoot     string
 	Agree      bool
 	Challenges string
+	// Storage, StoragePasswordFile and StoragePrefix are the shared store of several
+	// replicas (--acme-storage): the certificates, the account and the challenges under
+	// way live in Redis instead of under --state-dir.
+	Storage             string
+	StoragePasswordFile string
+	StoragePrefix       string
 
-	roots      *x509.CertPool // derived by loadACMERoots
-	challenges []string       // derived by validateACME
+	roots           *x509.CertPool // derived by loadACMERoots
+	challenges      []string       // derived by validateACME
+	storagePassword string         // derived by loadACMERoots, from StoragePasswordFile
 }
 
 // acmeStorageDir is where, under --state-dir, certmagic keeps certificates and the
@@ -44,6 +55,9 @@ func (o *options) acmeFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.CARoot, "acme-ca-root", a.CARoot, "PEM file of CA certificates trusted for --acme-ca besides the system roots (a private CA)")
 	fs.BoolVar(&a.Agree, "acme-agree", a.Agree, "agree to the ACME CA's terms of service (required when its directory names terms, as Let's Encrypt's does)")
 	fs.StringVar(&a.Challenges, "acme-challenges", a.Challenges, "challenge types answered, comma-separated: http-01 (on --http-addr), tls-alpn-01 (on --https-addr)")
+	fs.StringVar(&a.Storage, "acme-storage", a.Storage, "keep the ACME certificates, their keys, the account and the challenges under way in Redis, shared by every replica that names it (one order per name, any replica answers the CA): redis://[user:password@]host:port/db, or rediss:// for TLS; the password is never logged")
+	fs.StringVar(&a.StoragePasswordFile, "acme-storage-password-file", a.StoragePasswordFile, "file holding the password of --acme-storage (one trailing newline dropped), instead of one in the URL")
+	fs.StringVar(&a.StoragePrefix, "acme-storage-prefix", a.StoragePrefix, "prefix of every key of --acme-storage, so that several clusters share one Redis (letters, digits and . _ - : /)")
 }
 
 // defaults fills what was not set: Let's Encrypt, both challenge types.
@@ -53,6 +67,9 @@ func (a *acmeOptions) defaults() {
 	}
 	if a.Challenges == "" {
 		a.Challenges = acme.HTTP01 + "," + acme.TLSALPN01
+	}
+	if a.StoragePrefix == "" {
+		a.StoragePrefix = acme.DefaultStoragePrefix
 	}
 }
 
@@ -76,11 +93,49 @@ func (o *options) validateACME(bad func(string, ...any)) {
 	if err := acme.CheckCA(a.CA); err != nil {
 		bad("--acme-ca: %s", strings.TrimPrefix(err.Error(), "acme: "))
 	}
+	switch {
+	case a.Storage != "":
+		// The refusals never quote the URL: it may hold the password.
+		if _, err := acme.CheckStorage(a.Storage, a.StoragePrefix); err != nil {
+			for _, line := range splitLines(err) {
+				switch {
+				case strings.HasPrefix(line, "the key prefix "):
+					bad("--acme-storage-prefix: %s", strings.TrimPrefix(line, "the key prefix "))
+				default:
+					bad("--acme-storage: %s", line)
+				}
+			}
+		} else if a.StoragePasswordFile != "" && acme.StorageHasPassword(a.Storage) {
+			bad("--acme-storage has a password and --acme-storage-password-file gives one too: give only one")
+		}
+	case a.StoragePasswordFile != "":
+		bad("--acme-storage-password-file has no use without --acme-storage")
+	}
 }
 
-// loadACMERoots reads --acme-ca-root into a pool with the system roots.
+// maxPasswordBytes bounds the password file.
+const maxPasswordBytes = 4096
+
+// loadACMERoots reads the --acme-* files: --acme-ca-root into a pool with the system
+// roots, and --acme-storage-password-file.
 func (o *options) loadACMERoots() error {
 	a := &o.ACME
+	a.storagePassword = ""
+	if a.StoragePasswordFile != "" {
+		b, err := os.ReadFile(a.StoragePasswordFile)
+		if err != nil {
+			// The path is not secret, the content is: the error names only the path.
+			return fmt.Errorf("--acme-storage-password-file: cannot read %q: %v", a.StoragePasswordFile, errors.Unwrap(err))
+		}
+		pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		switch {
+		case pw == "":
+			return fmt.Errorf("--acme-storage-password-file %s is empty", a.StoragePasswordFile)
+		case len(pw) > maxPasswordBytes || strings.ContainsAny(pw, "\r\n"):
+			return fmt.Errorf("--acme-storage-password-file %s must hold one line of at most %d bytes", a.StoragePasswordFile, maxPasswordBytes)
+		}
+		a.storagePassword = pw
+	}
 	a.roots = nil
 	if a.CARoot == "" {
 		return nil
@@ -107,8 +162,8 @@ func (o *options) loadACMERoots() error {
 // the previous table keeps serving.
 func acmeCheck(o options) func(*routetable.Table) []string {
 	var missing []string
-	if o.StateDir == "" {
-		missing = append(missing, "--state-dir (where its certificate and the ACME account key are kept across restarts)")
+	if o.StateDir == "" && o.ACME.Storage == "" {
+		missing = append(missing, "--state-dir (where its certificate and the ACME account key are kept across restarts; or --acme-storage, where replicas share them)")
 	}
 	if o.HTTPSAddr == "" {
 		missing = append(missing, "--https-addr (the TLS listener that serves its certificate)")
@@ -130,21 +185,47 @@ func acmeCheck(o options) func(*routetable.Table) []string {
 	}
 }
 
-// newACME builds the ACME manager of a standalone instance: nil when there is no state
-// directory or TLS listener (acmeCheck then refuses every table with an ACME route).
+// storageCheckTimeout bounds the first contact with --acme-storage at start.
+const storageCheckTimeout = 10 * time.Second
+
+// newACME builds the ACME manager of a standalone instance: nil when there is no store
+// (state directory or --acme-storage) or no TLS listener (acmeCheck then refuses every
+// table with an ACME route). With --acme-storage it makes sure the store answers and
+// takes the password: a wrong one, or an address where nothing answers, refuses the
+// configuration.
 func newACME(o options, tables acme.TableSource, log *zap.Logger) (*acme.Manager, error) {
-	if o.StateDir == "" || o.HTTPSAddr == "" {
+	if (o.StateDir == "" && o.ACME.Storage == "") || o.HTTPSAddr == "" {
 		return nil, nil
 	}
-	return acme.New(tables, acme.Options{
+	opts := acme.Options{
 		CA:         o.ACME.CA,
 		Email:      o.ACME.Email,
 		Agreed:     o.ACME.Agree,
 		Roots:      o.ACME.roots,
-		Dir:        filepath.Join(o.StateDir, acmeStorageDir),
 		Challenges: o.ACME.challenges,
 		Logger:     log.Named("acme"),
-	})
+	}
+	if o.ACME.Storage != "" {
+		secret := env.NewBearer(acme.StoragePassword(o.ACME.Storage, o.ACME.storagePassword))
+		opts.Shared = &acme.SharedStore{
+			URL:      o.ACME.Storage,
+			Password: o.ACME.storagePassword,
+			Prefix:   o.ACME.StoragePrefix,
+			Redact:   secret.Scrubber(),
+		}
+	} else {
+		opts.Dir = filepath.Join(o.StateDir, acmeStorageDir)
+	}
+	m, err := acme.New(tables, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storageCheckTimeout)
+	defer cancel()
+	if err := m.CheckStore(ctx); err != nil {
+		return nil, fmt.Errorf("--acme-storage %w", err)
+	}
+	return m, nil
 }
 
 // explain is the part of /readyz's body beyond ready/not ready: where the ACME routes
@@ -180,7 +261,8 @@ func (in *instance) acmeHTTPChallenge() func(http.ResponseWriter, *http.Request)
 }
 
 func init() {
-	for name, p := range map[string]string{"acme-ca": "URL", "acme-ca-root": "FILE", "acme-email": "ADDRESS", "acme-challenges": "TYPES"} {
+	for name, p := range map[string]string{"acme-ca": "URL", "acme-ca-root": "FILE", "acme-email": "ADDRESS", "acme-challenges": "TYPES",
+		"acme-storage": "URL", "acme-storage-password-file": "FILE", "acme-storage-prefix": "PREFIX"} {
 		placeholders[name] = p
 	}
 }

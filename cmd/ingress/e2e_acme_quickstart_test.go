@@ -30,7 +30,7 @@ func TestProxyACMERefused(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"nothing", nil, []string{"--acme needs --state-dir DIR (where the certificates and the ACME account key are kept across restarts), " +
+		{"nothing", nil, []string{"--acme needs --state-dir DIR (where the certificates and the ACME account key are kept across restarts; or --acme-storage URL, where replicas share them), " +
 			"--acme-email ADDRESS (the ACME account's contact, where the CA sends expiry notices), --acme-agree (agreeing to the CA's terms of service)"}},
 		{"no agreement", []string{"--state-dir", state, "--acme-email", "ops@example.test"}, []string{"--acme needs --acme-agree (agreeing to the CA's terms of service)"}},
 		{"no state dir", []string{"--acme-agree", "--acme-email", "ops@example.test"}, []string{"--acme needs --state-dir DIR"}},

@@ -69,7 +69,7 @@ func newProxyInstance(args []string, stderr io.Writer, lookup func(string) (stri
 	fs.Var(&q.to, "to", "a target: IPv4:port, localhost:port or :port (loopback); repeat it, or separate by commas, for several")
 	fs.StringVar(&q.cert, "tls-cert", "", "PEM certificate file (the leaf first, then its chain) covering every --from: serve TLS with it")
 	fs.StringVar(&q.key, "tls-key", "", "PEM private key file of --tls-cert (PKCS#1, PKCS#8 or SEC 1)")
-	fs.BoolVar(&q.acme, "acme", false, "serve TLS with a certificate for each --from obtained and renewed over ACME (Let's Encrypt unless --acme-ca); needs --state-dir, --acme-email and --acme-agree")
+	fs.BoolVar(&q.acme, "acme", false, "serve TLS with a certificate for each --from obtained and renewed over ACME (Let's Encrypt unless --acme-ca); needs --state-dir (or --acme-storage), --acme-email and --acme-agree")
 	fs.BoolVar(&q.redirect, "redirect-http", false, "with TLS: answer plain HTTP with a 308 redirect to https instead of serving it")
 	if err := parseFlags(fs, "proxy", args, lookup); err != nil {
 		return nil, nil, err
@@ -149,12 +149,15 @@ func newProxyInstance(args []string, stderr io.Writer, lookup func(string) (stri
 // agreed to and a TLS listener, and excludes certificate files and wildcards.
 func (q *quickStart) checkACME(o options) error {
 	if !q.acme {
+		if o.ACME.Storage != "" {
+			return errors.New("--acme-storage has no use without --acme")
+		}
 		return nil
 	}
 	var problems []error
 	var missing []string
-	if o.StateDir == "" {
-		missing = append(missing, "--state-dir DIR (where the certificates and the ACME account key are kept across restarts)")
+	if o.StateDir == "" && o.ACME.Storage == "" {
+		missing = append(missing, "--state-dir DIR (where the certificates and the ACME account key are kept across restarts; or --acme-storage URL, where replicas share them)")
 	}
 	if o.ACME.Email == "" {
 		missing = append(missing, "--acme-email ADDRESS (the ACME account's contact, where the CA sends expiry notices)")

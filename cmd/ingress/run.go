@@ -60,6 +60,9 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 		ec.NodeID = node // standalone statistics still name the node when it is known
 	}
 	var relayTLS *tls.Config
+	if o.Routes == "" && o.ACME.Storage != "" {
+		problems = append(problems, errors.New("--acme-storage has no use in relay mode (the relay hands out the certificates; ACME routes are standalone: --routes)"))
+	}
 	if o.RelayCA != "" {
 		var err error
 		if relayTLS, err = loadRelayCA(o.RelayCA); err != nil {

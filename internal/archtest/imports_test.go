@@ -24,7 +24,7 @@ var domainFree = []string{
 
 // testSupport are imported by tests (and by each other) only, never by shipped code.
 var testSupport = []string{
-	"internal/binarytest", "internal/echotest", "internal/floodtest", "internal/pebbletest", "internal/testwait", "internal/toolbin",
+	"internal/binarytest", "internal/echotest", "internal/floodtest", "internal/pebbletest", "internal/redistest", "internal/testwait", "internal/toolbin",
 }
 
 // allowed says which of our packages each package's non-test files may import, besides
@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"routetable":              {"stats"},
 	"relaysim":                {"relay", "routetable"},
 	"register":                {"relay", "routetable", "stats", "env"},
-	"acme":                    {"routetable"},
+	"acme":                    {"routetable", "acme/internal/redisstore"},
 	"proxy":                   {"routetable", "stats", "proxy/internal/clients", "proxy/internal/h1wire", "proxy/internal/h2", "proxy/internal/park", "proxy/internal/penalty", "proxy/internal/proxyhdr", "proxy/internal/upstream"},
 	"proxy/internal/clients":  {"proxy/internal/penalty"},
 	"proxy/internal/h1wire":   nil,
@@ -56,8 +56,11 @@ var allowed = map[string][]string{
 	"internal/echotest":       nil,
 	"internal/toolbin":        nil,
 	"internal/pebbletest":     {"internal/toolbin"},
+	"internal/redistest":      {"internal/toolbin"},
 	"internal/binarytest":     {"routetable"},
 	"internal/floodtest":      nil,
+
+	"acme/internal/redisstore": nil,
 }
 
 // unruled are the packages that may import any of ours (wiring, tools, tests of the
