@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"io/fs"
 	mrand "math/rand/v2"
+	"net"
 	"path"
 	"slices"
 	"strconv"
@@ -241,6 +242,17 @@ func (s *Store) result(ctx context.Context, op string, err error) error {
 			s.observe(nil)
 		}
 		return err
+	}
+	var ne net.Error
+	if dl, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+		// go-redis gives the socket the context's deadline: its timeout may come a
+		// moment before the context's own timer says the context ended.
+		t := time.NewTimer(time.Until(dl) + 10*time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errOpTimeout) {
 		return fmt.Errorf("redis %s: %w", op, ctx.Err())
