@@ -172,13 +172,18 @@ func (w *targetWalk) done() { w.b.State.InFlight.Add(-1) }
 
 // missed records the current target's failure o, caused by err: it leaves the target's
 // count, a connect failure marks the target down, and a backend failure is counted and
-// logged (errors.go). It reports whether the request goes to another target: only after
-// a connect failure, and only when again (nothing of the request was consumed).
+// logged (errors.go); our own want of descriptors is counted and logged as such, and
+// ends the walk (every other target would need one too). It reports whether the
+// request goes to another target: only after a connect failure, and only when again
+// (nothing of the request was consumed).
 func (w *targetWalk) missed(o outcome, err error, again bool) bool {
 	w.b.State.InFlight.Add(-1)
 	w.last = o
-	if o == outcomeConnect {
+	switch o {
+	case outcomeConnect:
 		markDown(w.b)
+	case outcomeDescriptors:
+		w.s.shortOfDescriptors(w.e, w.b, err)
 	}
 	w.s.failed(o, w.e, w.b, err)
 	return o == outcomeConnect && again

@@ -228,6 +228,9 @@ type Server struct {
 	hsCerts sync.Map
 	// hsLoggedAt and hsUnlogged rate-limit the TLS handshake failure lines (errors.go).
 	hsLoggedAt, hsUnlogged atomic.Int64
+	// fdLoggedAt and fdUnlogged rate-limit the lines about dials that found no
+	// descriptor (errors.go).
+	fdLoggedAt, fdUnlogged atomic.Int64
 	// penalties are the client addresses refused at accept for abuse; the gates
 	// rate-limit the lines about penalties and refusals (penalize.go).
 	penalties                        *penalty.Table

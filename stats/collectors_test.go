@@ -75,6 +75,7 @@ func TestCollectorReadsTotals(t *testing.T) {
 	tot.Refusal(RefusalRequests)
 	tot.Refusal(RefusalTunnels)
 	tot.Refusal(RefusalHTTP3Penalty)
+	tot.Refusal(RefusalDescriptors)
 	tot.Refusal(RefusalKind(99)) // unknown: ignored
 	tot.TunnelClosedIdle()
 	tot.TunnelClosedIdle()
@@ -98,6 +99,7 @@ counter ingress_refusals_total{kind="requests"} 2
 counter ingress_refusals_total{kind="tunnels"} 1
 counter ingress_refusals_total{kind="penalty"} 1
 counter ingress_refusals_total{kind="http3-penalty"} 1
+counter ingress_refusals_total{kind="descriptors"} 1
 counter ingress_tunnels_closed_idle_total{} 3
 counter ingress_unknown_host_requests_total{} 1
 counter ingress_request_bytes_total{direction="in",protocol="http1"} 15

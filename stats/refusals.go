@@ -19,6 +19,10 @@ const (
 	// RefusalHTTP3Penalty: a QUIC connection from an address penalised for abuse,
 	// refused at the handshake.
 	RefusalHTTP3Penalty
+	// RefusalDescriptors: a request the ingress could not send for want of a file
+	// descriptor of its own (EMFILE or ENFILE dialling its target): 503, not the
+	// target's failure.
+	RefusalDescriptors
 	numRefusalKinds
 )
 
@@ -35,6 +39,8 @@ func (k RefusalKind) String() string {
 		return "penalty"
 	case RefusalHTTP3Penalty:
 		return "http3-penalty"
+	case RefusalDescriptors:
+		return "descriptors"
 	}
 	return "unknown"
 }
