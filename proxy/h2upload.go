@@ -49,6 +49,7 @@ type uploader struct {
 	holdArr [4]*[copyBufSize]byte // held's first buffers, without an allocation
 	heldN   int64
 	whole   bool
+	srv     *Server // whose bound of held bytes held's buffers count against
 
 	uc   *upstream.Conn
 	cont chan struct{} // closed when the body may go (expect); by the forwarding goroutine only

@@ -23,6 +23,9 @@ const (
 	// descriptor of its own (EMFILE or ENFILE dialling its target): 503, not the
 	// target's failure.
 	RefusalDescriptors
+	// RefusalMaxRequests: a request or tunnel over the bound of requests in flight over
+	// all clients (--max-requests): REFUSED_STREAM on HTTP/2, 503 elsewhere.
+	RefusalMaxRequests
 	numRefusalKinds
 )
 
@@ -41,6 +44,8 @@ func (k RefusalKind) String() string {
 		return "http3-penalty"
 	case RefusalDescriptors:
 		return "descriptors"
+	case RefusalMaxRequests:
+		return "max-requests"
 	}
 	return "unknown"
 }

@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"net/netip"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/serve-zone/ingress/stats"
+)
+
+// Bounds over all clients together (issue 33, item 3).
+//
+// The per-address budgets (budgets.go) bound what one client holds; nothing bounded the
+// sum, and a few dozen addresses (an IPv6 /56 is 256 "clients") holding request bodies
+// took gigabytes. Two bounds cover every client, trusted proxies included:
+//
+//   - Requests in flight (Config.MaxRequests, --max-requests): requests and WebSocket
+//     tunnels together, over every protocol, as nginx's worker_connections bounds what
+//     one worker serves. Each one may need a target connection (a descriptor) and
+//     buffers; one more is refused as a request over its address's budget is
+//     (REFUSED_STREAM on HTTP/2, 503 with Retry-After: 1 elsewhere), before any target
+//     sees it, and counted as ingress_refusals_total{kind="max-requests"}. Admission is
+//     one atomic add (decide), its end one more (verdict.done). HTTP/2 and HTTP/3
+//     streams are requests: the bound is theirs too.
+//   - Bytes of request bodies held before a target is chosen (Config.RequestBufferTotal,
+//     --request-buffer-total), in holdBody's pooled buffers, one atomic add per buffer.
+//     Past it a body is not held: it streams to its target as one larger than
+//     --request-buffer does (what was held goes first). Streaming rather than refusing
+//     keeps every request served (only the early check of a short body's framing and the
+//     resend of a whole body on a stale pooled connection are lost), and it costs no
+//     memory that the request bound does not already bound: a streaming body is copied
+//     through one buffer.
+//
+// Both defaults derive from the machine (machineMemory: the physical memory, or the
+// cgroup's limit when lower): a sixty-fourth of it for held bodies (64 MiB on a 4 GiB
+// machine), and a request in flight per 2 MiB of it (2,048 on a 4 GiB machine), at most
+// half the descriptors the process may open (the other half for its clients'
+// connections). A request in flight costs far less than 2 MiB when bodies are held
+// (about 100 KB: the held bytes, a goroutine, a stream, a target work area); the
+// margin is for what an HTTP/2 stream may buffer besides (its receive window) and for
+// the rest of the process.
+
+const (
+	// minMaxRequests and minRequestBufferTotal are the least the defaults give, on the
+	// smallest machines.
+	minMaxRequests        = 1024
+	minRequestBufferTotal = 16 << 20
+	// requestCost is the memory the default of MaxRequests allows per request in
+	// flight.
+	requestCost = 2 << 20
+	// heldShare: the default of RequestBufferTotal is the machine's memory divided by it.
+	heldShare = 64
+)
+
+// serverBounds are the bounds over all clients and what they count now.
+type serverBounds struct {
+	requests    atomic.Int64 // requests and tunnels in flight
+	maxRequests int64        // 0: no bound
+	held        atomic.Int64 // bytes of held bodies' buffers
+	maxHeld     int64        // 0: no bound
+}
+
+// init sets b from cfg's bounds: 0 derives them from the machine, a negative value
+// turns the bound off.
+func (b *serverBounds) init(cfg Config) {
+	mem := machineMemory()
+	switch {
+	case cfg.MaxRequests > 0:
+		b.maxRequests = int64(cfg.MaxRequests)
+	case cfg.MaxRequests == 0:
+		b.maxRequests = defaultMaxRequests(mem, descriptorLimit())
+	}
+	switch {
+	case cfg.RequestBufferTotal > 0:
+		b.maxHeld = cfg.RequestBufferTotal
+	case cfg.RequestBufferTotal == 0:
+		b.maxHeld = defaultRequestBufferTotal(mem)
+	}
+}
+
+// DefaultMaxRequests is Config.MaxRequests's default on this machine (bounds.go).
+func DefaultMaxRequests() int { return int(defaultMaxRequests(machineMemory(), descriptorLimit())) }
+
+// DefaultRequestBufferTotal is Config.RequestBufferTotal's default on this machine.
+func DefaultRequestBufferTotal() int64 { return defaultRequestBufferTotal(machineMemory()) }
+
+// defaultMaxRequests is a request in flight per requestCost of mem, at most half of
+// nofile descriptors (0: unknown), at least minMaxRequests.
+func defaultMaxRequests(mem, nofile uint64) int64 {
+	n := mem / requestCost
+	if nofile > 0 {
+		n = min(n, nofile/2)
+	}
+	return int64(max(n, minMaxRequests))
+}
+
+// defaultRequestBufferTotal is mem/heldShare, at least minRequestBufferTotal.
+func defaultRequestBufferTotal(mem uint64) int64 {
+	return int64(max(mem/heldShare, minRequestBufferTotal))
+}
+
+// startRequest counts one request or tunnel in flight, from client address a, and
+// reports whether it fits the bound; when it does, endRequest must follow. A refusal is
+// counted and logged (rate-limited).
+func (s *Server) startRequest(a netip.Addr) bool {
+	if s.bounds.maxRequests <= 0 {
+		return true
+	}
+	if s.bounds.requests.Add(1) > s.bounds.maxRequests {
+		s.bounds.requests.Add(-1)
+		s.totals.Refusal(stats.RefusalMaxRequests)
+		if ok, unlogged := allowLog(&s.budgetLoggedAt, &s.budgetUnlogged, penaltyLogEvery); ok {
+			s.log.Warn("refused a request: the ingress has its bound of requests in flight over all clients",
+				zap.String("client", a.String()),
+				zap.Int64("max_requests", s.bounds.maxRequests),
+				zap.Int64("unlogged", unlogged))
+		}
+		return false
+	}
+	return true
+}
+
+// endRequest ends a request startRequest admitted.
+func (s *Server) endRequest() {
+	if s.bounds.maxRequests > 0 {
+		s.bounds.requests.Add(-1)
+	}
+}
+
+// takeHeld reserves n bytes of held bodies and reports whether they fit the bound; when
+// they do, giveHeld must follow.
+func (s *Server) takeHeld(n int64) bool {
+	if s.bounds.maxHeld <= 0 {
+		return true
+	}
+	if s.bounds.held.Add(n) > s.bounds.maxHeld {
+		s.bounds.held.Add(-n)
+		return false
+	}
+	return true
+}
+
+// giveHeld gives back n bytes takeHeld reserved.
+func (s *Server) giveHeld(n int64) {
+	if s.bounds.maxHeld > 0 {
+		s.bounds.held.Add(-n)
+	}
+}
