@@ -156,7 +156,7 @@ func (h *Holders) h2(c net.Conn) error {
 		settled  bool
 		ended    bool
 		maxFrame = 16384
-		left     = make(map[uint32]int)  // body bytes still to send, by stream
+		left     = make(map[uint32]int)   // body bytes still to send, by stream
 		win      = make(map[uint32]int64) // send window, by stream
 	)
 	ids := make([]uint32, h.spec.Streams)
