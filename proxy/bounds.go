@@ -28,18 +28,23 @@ import (
 //     Past it a body is not held: it streams to its target as one larger than
 //     --request-buffer does (what was held goes first). Streaming rather than refusing
 //     keeps every request served (only the early check of a short body's framing and the
-//     resend of a whole body on a stale pooled connection are lost), and it costs no
-//     memory that the request bound does not already bound: a streaming body is copied
-//     through one buffer.
+//     resend of a whole body on a stale pooled connection are lost), and it costs less
+//     than holding: a streaming body takes a buffer only for each read (h2upload.go),
+//     and what it costs besides (its target connection, the answer's read buffer) the
+//     request bound bounds.
 //
 // Both defaults derive from the machine (machineMemory: the physical memory, or the
-// cgroup's limit when lower): a sixty-fourth of it for held bodies (64 MiB on a 4 GiB
-// machine), and a request in flight per 2 MiB of it (2,048 on a 4 GiB machine), at most
-// half the descriptors the process may open (the other half for its clients'
-// connections). A request in flight costs far less than 2 MiB when bodies are held
-// (about 100 KB: the held bytes, a goroutine, a stream, a target work area); the
-// margin is for what an HTTP/2 stream may buffer besides (its receive window) and for
-// the rest of the process.
+// cgroup's limit when lower): a 128th of it for held bodies (32 MiB, 500 bodies of 64
+// KiB, on a 4 GiB machine), and a request in flight per 4 MiB of it (1,024 on a 4 GiB
+// machine, 4,096 on 16 GiB), at most half the descriptors the process may open (the
+// other half for its clients' connections). 4 MiB is what one request may come to at
+// worst: its HTTP/2 stream's receive window (1 MiB) and held body (--request-buffer and
+// a buffer more), its target's answer buffer, with the collector's headroom (the
+// binary's GOGC of 200 lets the heap reach three times what is live). A held body costs
+// its bytes and about 25 KB besides (goroutines, stream or net/http connection, work
+// area), against nginx's 9 KB; the held share keeps the sum below what nginx, holding
+// bodies in memory as the ingress does (client_body_buffer_size 64k), takes for the
+// same clients (bench/README.md has the runs).
 
 const (
 	// minMaxRequests and minRequestBufferTotal are the least the defaults give, on the
@@ -48,9 +53,9 @@ const (
 	minRequestBufferTotal = 16 << 20
 	// requestCost is the memory the default of MaxRequests allows per request in
 	// flight.
-	requestCost = 2 << 20
+	requestCost = 4 << 20
 	// heldShare: the default of RequestBufferTotal is the machine's memory divided by it.
-	heldShare = 64
+	heldShare = 128
 )
 
 // serverBounds are the bounds over all clients and what they count now.

@@ -171,7 +171,7 @@ type Config struct {
 	MaxRequests int
 	// RequestBufferTotal bounds the bytes of request bodies all requests together hold
 	// before their targets are chosen (RequestBuffer each), counted in 32 KiB buffers
-	// (0 -> a sixty-fourth of the machine's memory, at least 16 MiB: bounds.go;
+	// (0 -> a 128th of the machine's memory, at least 16 MiB: bounds.go;
 	// negative: no limit). Past it a body is not held: it streams to its target as
 	// one larger than RequestBuffer does.
 	RequestBufferTotal int64

@@ -183,7 +183,7 @@ func (h *Holders) h2(c net.Conn) error {
 							initWin = int64(v)
 						}
 						if v, ok := f.Value(http2.SettingMaxFrameSize); ok {
-							maxFrame = int(v)
+							maxFrame = min(int(v), 16384) // the frames written are 16 KiB at most
 						}
 						settled = true
 					}
