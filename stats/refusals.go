@@ -26,6 +26,9 @@ const (
 	// RefusalMaxRequests: a request or tunnel over the bound of requests in flight over
 	// all clients (--max-requests): REFUSED_STREAM on HTTP/2, 503 elsewhere.
 	RefusalMaxRequests
+	// RefusalHandshakes: a QUIC connection over the bounds of handshakes in progress,
+	// its address's or all addresses' (CONNECTION_REFUSED).
+	RefusalHandshakes
 	numRefusalKinds
 )
 
@@ -46,6 +49,8 @@ func (k RefusalKind) String() string {
 		return "descriptors"
 	case RefusalMaxRequests:
 		return "max-requests"
+	case RefusalHandshakes:
+		return "handshakes"
 	}
 	return "unknown"
 }
