@@ -25,8 +25,8 @@ import (
 //     streams are requests: the bound is theirs too.
 //   - Bytes of request bodies held before a target is chosen (Config.RequestBufferTotal,
 //     --request-buffer-total), in holdBody's pooled buffers, one atomic add per buffer.
-//     Past it a body is not held: it streams to its target as one larger than
-//     --request-buffer does (what was held goes first). Streaming rather than refusing
+//     Past it a body holds no more: it streams to its target as one larger than
+//     --request-buffer does (what it held goes first). Streaming rather than refusing
 //     keeps every request served (only the early check of a short body's framing and the
 //     resend of a whole body on a stale pooled connection are lost), and it costs less
 //     than holding: a streaming body takes a buffer only for each read (h2upload.go),
@@ -42,9 +42,9 @@ import (
 // a buffer more), its target's answer buffer, with the collector's headroom (the
 // binary's GOGC of 200 lets the heap reach three times what is live). A held body costs
 // its bytes and about 25 KB besides (goroutines, stream or net/http connection, work
-// area), against nginx's 9 KB; the held share keeps the sum below what nginx, holding
-// bodies in memory as the ingress does (client_body_buffer_size 64k), takes for the
-// same clients (bench/README.md has the runs).
+// area), against nginx's 9 KB; with these shares the ingress took no more memory than
+// nginx holding bodies in memory as it does (client_body_buffer_size 64k) for the same
+// clients, within the runs' spread, and far less over HTTP/2 (bench/README.md).
 
 const (
 	// minMaxRequests and minRequestBufferTotal are the least the defaults give, on the
