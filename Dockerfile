@@ -1,5 +1,8 @@
 # syntax=docker/dockerfile:1
 # Build: docker build --build-arg VERSION=1.0.0 -t serve-zone/ingress:1.0.0 .
+# Several architectures (the Go compiler cross-compiles on the build machine's platform):
+#   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=1.0.0 \
+#     -t serve-zone/ingress:1.0.0 .
 #
 # The base images are named in full (registry/repository:tag), so that engines which refuse
 # short names (podman) build this file as it is. They are not pinned by digest here (this
@@ -11,13 +14,20 @@
 ARG GO_IMAGE=docker.io/library/golang:1.27-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
-FROM ${GO_IMAGE} AS build
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
 ARG VERSION=0.1.0-dev
+# Set by buildx for each --platform (empty with a plain docker build: the build machine's).
+ARG TARGETOS
+ARG TARGETARCH
+# The image's Go unless go.mod's toolchain line (go1.27.3) is newer: then that one, from
+# the module proxy. The golang images set GOTOOLCHAIN=local, which would build with an
+# older 1.27.x that .ci/run's govulncheck gate refuses.
+ENV GOTOOLCHAIN=auto
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ingress ./cmd/ingress \
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ingress ./cmd/ingress \
  && mkdir -p /out/state && chmod 0700 /out/state
 
 # distroless/static carries CA certificates and a nonroot user (65532), nothing else.

@@ -110,12 +110,14 @@ func (s *Server) admit(h *clients.Hold, tunnel bool) bool {
 // ends the connections its address holds in the budgets' table, which this one was not
 // in yet; so a strike is seen either here or by the table's Strike, never by neither.
 // Such a connection goes to the tarpit like any penalised one and its hold is given back.
+// raw is nil for a trusted balancer's connection, admitted after its PROXY header
+// (balancer.go): refused, it is its own goroutine's to reset.
 func (s *Server) admitConn(cc *clientConn, raw net.Conn, a netip.Addr) bool {
 	if !a.IsValid() || s.isTrustedAddr(a) {
 		return true
 	}
 	if s.clients.Open(&cc.hold, a, cc) {
-		if s.refusePenalized(raw) {
+		if s.refusePenalizedAs(raw, a) {
 			cc.hold.Close()
 			return false
 		}
@@ -125,7 +127,9 @@ func (s *Server) admitConn(cc *clientConn, raw net.Conn, a netip.Addr) bool {
 	if tc, ok := raw.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0) // a reset, no TIME_WAIT kept
 	}
-	_ = raw.Close()
+	if raw != nil {
+		_ = raw.Close()
+	}
 	return false
 }
 

@@ -23,27 +23,36 @@ type plainListener struct {
 
 // Accept skips connections from penalised client addresses (penalize.go: they are
 // held in the tarpit) and those over their address's connection budget (budgets.go:
-// reset).
+// reset). A trusted balancer's connection (fromLB) is judged by its PROXY header's
+// client instead, on its own goroutine (balancer.go).
 func (l *plainListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.s.acceptUnpenalized(l.Listener)
+		c, fromLB, err := l.s.acceptUnpenalized(l.Listener)
 		if err != nil {
 			return nil, err
 		}
-		cc := &clientConn{Conn: rawnet.Wrap(c), s: l.s}
-		if l.s.admitConn(cc, c, remoteAddr(c)) {
+		cc := &clientConn{Conn: rawnet.Wrap(c), s: l.s, fromLB: fromLB}
+		if fromLB || l.s.admitConn(cc, c, remoteAddr(c)) {
 			return cc, nil
 		}
 	}
 }
 
 // acceptUnpenalized accepts l's next connection whose client address is not penalised
-// (penalize.go: the others are held in the tarpit).
-func (s *Server) acceptUnpenalized(l net.Listener) (net.Conn, error) {
+// (penalize.go: the others are held in the tarpit). fromLB: it comes from a trusted
+// balancer (Config.ProxyProtocolFrom), whose address is not the client's: nothing was
+// checked yet.
+func (s *Server) acceptUnpenalized(l net.Listener) (c net.Conn, fromLB bool, err error) {
 	for {
 		c, err := l.Accept()
-		if err != nil || !s.refusePenalized(c) {
-			return c, err
+		if err != nil {
+			return c, false, err
+		}
+		if s.fromBalancer(c) {
+			return c, true, nil
+		}
+		if !s.refusePenalized(c) {
+			return c, false, nil
 		}
 	}
 }
@@ -58,16 +67,17 @@ type tlsListener struct {
 
 // Accept skips connections from penalised client addresses before their handshake
 // (penalize.go: they are held in the tarpit), and those over their address's
-// connection budget (budgets.go: reset).
+// connection budget (budgets.go: reset); a trusted balancer's connection is judged
+// after its PROXY header, which comes before the handshake (balancer.go).
 func (l *tlsListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.s.acceptUnpenalized(l.Listener)
+		c, fromLB, err := l.s.acceptUnpenalized(l.Listener)
 		if err != nil {
 			return nil, err
 		}
 		tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
-		cc := &clientConn{Conn: tc, tc: tc, s: l.s}
-		if l.s.admitConn(cc, c, remoteAddr(c)) {
+		cc := &clientConn{Conn: tc, tc: tc, s: l.s, fromLB: fromLB}
+		if fromLB || l.s.admitConn(cc, c, remoteAddr(c)) {
 			return cc, nil
 		}
 	}
@@ -90,8 +100,13 @@ type clientConn struct {
 	connAttribution               // counted once under a hostname
 	hijacked        atomic.Bool
 	// hold is the connection's place in its client address's budgets (budgets.go),
-	// given back by Close; zero for a trusted proxy's.
+	// given back by Close; zero for a trusted proxy's and a balancer's own.
 	hold clients.Hold
+	// fromLB: accepted from a trusted balancer (Config.ProxyProtocolFrom), whose PROXY
+	// header comes first (takeProxyHeader); via is whom it named, set before anything
+	// else reads the connection (nil: the socket's peer is the client). balancer.go.
+	fromLB bool
+	via    *balanced
 	// h2 is the own HTTP/2 engine's connection while it serves this one (serveH2), and
 	// h1 the fast path's record of it (acceptLoop), for End.
 	h2 atomic.Pointer[h2.Conn]

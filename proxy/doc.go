@@ -63,7 +63,9 @@
 // Connection-level work (TLS handshake, byte counters, ConnState) lives in conn.go;
 // server.go is cold path. Every accepted connection first passes the penalty check
 // (penalize.go: an address whose HTTP/2 connection was ended for abuse is refused for a
-// while), a hash and an atomic load or two of a fixed table (internal/penalty).
+// while), a hash and an atomic load or two of a fixed table (internal/penalty). A
+// connection from a trusted load balancer (Config.ProxyProtocolFrom) passes it after its
+// PROXY header, on its own goroutine, as the header's client (balancer.go).
 //
 // proxy imports routetable and stats only, never register or relay.
 package proxy

@@ -101,7 +101,6 @@ type clientWatch interface{ clientGone() bool }
 type attempt struct {
 	route      *routetable.Entry // the request's route
 	addr       string            // the target being tried
-	start      time.Time         // the request's start, or the end of the wait for its body (holdBody): the header timeout runs from it
 	watch      clientWatch       // tells that the client went away while the target thinks
 	replayable bool              // the request may be sent again by itself (upstream.Replayable)
 	up         *uploader         // sends the body as it comes; nil when the head carries it all
@@ -159,8 +158,12 @@ func (s *Server) headerTimeout(route *routetable.Entry) time.Duration {
 // sent by it from when the head is written. On error uc is closed.
 func (s *Server) roundTrip(w *upWork, uc *upstream.Conn, a *attempt) error {
 	ps := s.up.Pools
-	now, cw, up, upgrade := a.start, a.watch, a.up, a.upgrade
+	cw, up, upgrade := a.watch, a.up, a.upgrade
 	wait := s.headerTimeout(a.route)
+	// The deadlines count from now, as the request goes out: not from when it arrived,
+	// which a slow connect (a dropped SYN, a dead target tried first) or a wait for a
+	// processor may have put more than a slice's length ago.
+	now := time.Now()
 	uc.Begin(math.MaxInt64) // the head's limit is checked below, on the buffer
 	// The wait is cut into h1ClientWatch slices: at each one the client is checked,
 	// so that a client that went away does not leave its request running on the target.

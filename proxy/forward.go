@@ -208,10 +208,6 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 		s.unanswered(w, r, rs, o)
 		return
 	}
-	start := rs.start
-	if start.IsZero() || up != nil {
-		start = time.Now()
-	}
 	keyed := len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
 	replay := upstream.Replayable(r.Method, !up.rewindable(), keyed)
 	walk := newWalk(s, rs.entry)
@@ -222,7 +218,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
 			return
 		}
 		rs.backend = tgt
-		uc, err := s.exchange(&fw.upWork, attempt{route: rs.entry, addr: tgt.Addr, start: start, watch: reqWatch{r}, replayable: replay, up: up})
+		uc, err := s.exchange(&fw.upWork, attempt{route: rs.entry, addr: tgt.Addr, watch: reqWatch{r}, replayable: replay, up: up})
 		if err == nil {
 			walk.took()
 			rs.err = nil

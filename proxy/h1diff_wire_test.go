@@ -237,10 +237,16 @@ func (l *wireLog) flush(st *wireStream, when string) {
 // with id+"-", and requests without one and leftovers that arrived while id ran. Bytes
 // still waiting for the rest of a request get a moment, then count as leftover: the
 // client has read every answer, so nothing of this input should still be on its way.
+// wireGrace bounds the wait for bytes still in flight to the target. It is generous
+// (a loaded 2-core machine under -race can hold a write back for longer than 100 ms,
+// which made a difference of nothing): the wait ends as soon as nothing is pending, so
+// only an input that really leaves bytes behind pays it.
+const wireGrace = 2 * time.Second
+
 // (The moment is a bounded grace for bytes in flight, not a wait for an event: a late
 // byte that misses it shows up as a difference, never as a pass.)
 func (l *wireLog) take(id string) []wireReq {
-	for deadline := time.Now().Add(100 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(wireGrace); ; time.Sleep(5 * time.Millisecond) {
 		l.mu.Lock()
 		pending := false
 		for st := range l.streams {

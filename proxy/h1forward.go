@@ -25,6 +25,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	s := c.s
 	req := &w.req
 	c.now = time.Now()
+	c.pace.Note(c.now)
 	c.served++
 	consumed := headLen + int(req.ContentLength)
 	body := c.rbuf[c.r+headLen : c.r+consumed]
@@ -202,7 +203,7 @@ func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
 func (c *h1Conn) exchange(w *h1Work, e *routetable.Entry, addr string) (*upstream.Conn, error) {
 	// The body is in memory: nothing was taken from the client that a new connection
 	// could not send again.
-	return c.s.exchange(&w.upWork, attempt{route: e, addr: addr, start: c.now, watch: c, replayable: replayable(&w.req)})
+	return c.s.exchange(&w.upWork, attempt{route: e, addr: addr, watch: c, replayable: replayable(&w.req)})
 }
 
 // clientGone reports a client that closed or reset its connection while its target

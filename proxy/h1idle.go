@@ -198,6 +198,27 @@ func (c *h1Conn) parkedDeadline() time.Time {
 	return c.dlSetAt.Add(c.s.cfg.IdleTimeout)
 }
 
+// awaitIdle waits, before an idle TLS connection that parks reads its next request,
+// for the socket to be readable, with its read buffer and crypto/tls's input buffers
+// given back meanwhile: a connection whose client keeps a pace of h1ParkSoon or more
+// waits awake for long (park.Pace), and a Read inside crypto/tls would hold both for the
+// whole wait. A faster client keeps them (crypto/tls would allocate its buffer again for
+// every request). Nothing is waited for when crypto/tls holds anything (part of a
+// record, or plaintext not read yet): the read goes on at once. The read deadline set
+// applies; its error is the wait's.
+func (c *h1Conn) awaitIdle() error {
+	if !c.secure || !c.parkable || c.r != c.w || c.pace.Gap() < h1ParkSoon || !dropTLSBuffers(c.cc.tc) {
+		return nil
+	}
+	putReadBuf(c.rbuf)
+	c.rbuf, c.r, c.w, c.scanned = nil, 0, 0, 0
+	idleAwaits.Add(1)
+	return c.rawConn().Read(c.readableFn())
+}
+
+// idleAwaits counts awaitIdle's waits without buffers (tests watch it).
+var idleAwaits atomic.Int64
+
 // canParkTLS reports whether the connection may park as far as TLS goes: plain ones may;
 // TLS ones when the record bytes taken from the socket are counted (rawnet, Linux).
 func (c *h1Conn) canParkTLS() bool {

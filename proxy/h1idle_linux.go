@@ -1,13 +1,16 @@
 package proxy
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
+	"github.com/serve-zone/ingress/internal/rawnet"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -48,6 +51,12 @@ type parker struct {
 	epfd  int // our epoll instance
 	wake  int // an eventfd in the set: stop, and a park into an empty queue
 	epoch time.Time
+	// ep is epfd as a file in the runtime's poller (an epoll instance is readable while
+	// it has events): run waits in it like any goroutine on a socket, never in a
+	// blocking epoll_wait, which held a thread of its own and handed the processor back
+	// and forth at every wake (wait).
+	ep   *os.File
+	epRC syscall.RawConn
 
 	mu sync.Mutex
 	// byFd is the parked connection at each descriptor (nil: none). A slice indexed by
@@ -115,6 +124,17 @@ func newParker(s *Server) (*parker, error) {
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
 	p := &parker{s: s, epfd: epfd, wake: wake, epoch: time.Now(), lastRelease: -releaseEvery}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		_ = unix.Close(wake)
+		_ = unix.Close(epfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	p.ep = os.NewFile(uintptr(epfd), "parker") // non-blocking: in the runtime's poller
+	if p.epRC, err = p.ep.SyscallConn(); err != nil {
+		_ = unix.Close(wake)
+		_ = p.ep.Close()
+		return nil, err
+	}
 	p.spare.fill()
 	return p, nil
 }
@@ -255,14 +275,14 @@ func (p *parker) stop() {
 func (p *parker) run() {
 	defer func() {
 		_ = unix.Close(p.wake)
-		_ = unix.Close(p.epfd)
+		_ = p.ep.Close() // epfd
 		p.spare.close()
 	}()
 	events := make([]unix.EpollEvent, parkBatch)
 	var ready, hungUp, expired []parkee // to serve, to close, to end
 	for {
-		n, err := unix.EpollWait(p.epfd, events, p.waitMillis())
-		if err != nil && err != unix.EINTR {
+		n, err := p.wait(events)
+		if err != nil {
 			// Only a bug makes epoll_wait fail (EBADF, EFAULT, EINVAL): log, do not spin.
 			p.s.log.Error("waiting for parked connections", zap.Error(os.NewSyscallError("epoll_wait", err)))
 			time.Sleep(parkTick)
@@ -318,6 +338,35 @@ func (p *parker) run() {
 		}
 		ready, hungUp, expired = ready[:0], hungUp[:0], expired[:0]
 	}
+}
+
+// wait returns the parked connections' events, at most len(events), once there are any
+// or waitMillis has passed (then none): epoll_wait without a timeout inside
+// RawConn.Read on the epoll instance, so that the goroutine waits in the runtime's poller
+// (its deadline for the timeout) instead of blocking a thread in the system call.
+func (p *parker) wait(events []unix.EpollEvent) (int, error) {
+	var at time.Time // none
+	if ms := p.waitMillis(); ms >= 0 {
+		at = time.Now().Add(time.Duration(ms) * time.Millisecond)
+	}
+	_ = p.ep.SetReadDeadline(at)
+	var n int
+	var werr error
+	err := p.epRC.Read(func(fd uintptr) bool {
+		for {
+			n, werr = unix.EpollWait(int(fd), events, 0)
+			if werr != unix.EINTR {
+				return n != 0 || werr != nil
+			}
+		}
+	})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n, werr
 }
 
 // pending reports whether the parked c has bytes to read (a request pipelined before
@@ -474,4 +523,22 @@ func (p *parker) parkedNow() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.live
+}
+
+// readableFn returns awaitIdle's RawConn.Read callback (made once per connection): done
+// when the socket holds a byte, its end or an error, found with a non-blocking peek
+// (RawConn.Read forgets the readiness the poller knew, so it must look before it waits).
+func (c *h1Conn) readableFn() func(fd uintptr) bool {
+	if c.readable == nil {
+		var b [1]byte
+		c.readable = func(fd uintptr) bool {
+			for {
+				_, err := rawnet.Peek(int(fd), b[:])
+				if err != syscall.EINTR {
+					return err != syscall.EAGAIN
+				}
+			}
+		}
+	}
+	return c.readable
 }

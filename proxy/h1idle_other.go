@@ -30,3 +30,6 @@ func (*h1Conn) sleep(*parker) bool { return false }
 type h1Sleeper struct{}
 
 func (*h1Sleeper) End() {}
+
+// readableFn is never asked for: no connection parks here (awaitIdle).
+func (*h1Conn) readableFn() func(uintptr) bool { return func(uintptr) bool { return true } }

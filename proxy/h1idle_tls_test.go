@@ -311,7 +311,11 @@ func TestTLSParkedWakeAll(t *testing.T) {
 	}
 	// The echo target answers every woken request at once: on a loaded machine under the
 	// race detector that takes longer than the usual 5 s wait for a target's answer.
-	e := tlsParkEnv(t, func(c *Config) { c.ResponseHeaderTimeout = 30 * time.Second })
+	// All from one address: more connections and requests in flight than its budgets.
+	e := tlsParkEnv(t, func(c *Config) {
+		c.ResponseHeaderTimeout = 30 * time.Second
+		c.MaxConnsPerClient, c.MaxRequestsPerClient = -1, -1
+	})
 	base := runtime.NumGoroutine()
 	clients := make([]*tlsParkClient, n)
 	var wg sync.WaitGroup

@@ -10,9 +10,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
@@ -58,6 +60,10 @@ const (
 	// h1ParkSoon/2 never park (the idle deadline is renewed only once half its wait is
 	// gone: idleDeadlineStale).
 	h1ParkSoon = 50 * time.Millisecond
+	// h1AwakeMax bounds the wait a client's pace asks for (park.Pace): beyond it a
+	// connection parks whatever its pace (its goroutine's stack is worth more than the
+	// wake it saves).
+	h1AwakeMax = 10 * time.Second
 	// h1ParkCrowd is Server.parkCrowd's default.
 	h1ParkCrowd = 256
 )
@@ -93,6 +99,7 @@ type h1Conn struct {
 	trusted bool
 	raw     syscall.RawConn // the client's TCP connection, for peerHungUp; set lazily
 
+	pace    park.Pace     // its client's pace: how long it waits awake before parking (setIdleDeadline)
 	dlIdle  bool          // the read deadline set is the idle one, set at dlSetAt
 	dlSetAt time.Time     // when the idle deadline was set
 	dlWait  time.Duration // and for how long
@@ -120,6 +127,7 @@ type h1Conn struct {
 	headLen int
 	// The raw loop (h1raw.go).
 	rawFn    func(fd uintptr) bool // rawStep, made once
+	readable func(fd uintptr) bool // awaitIdle's wait, made once (h1idle.go)
 	inRaw    bool                  // inside rawStep: read raw on fd
 	entered  bool                  // the current RawConn.Read has called rawStep
 	fd       int                   // the client's descriptor, inside rawStep
@@ -150,56 +158,91 @@ func putWork(w *h1Work) {
 	h1Works.Put(w)
 }
 
-// h1Set tracks the fast path's connections for Shutdown.
+// h1Set tracks the fast path's connections for Shutdown. It is sharded by connection so
+// that a mass of connections starting, parking and waking at once (thousands of sleepers
+// woken by one burst of their clients) does not queue on one lock: issue 33 found 1,895
+// goroutines waiting in add and 411 in remove on the single mutex it had.
 type h1Set struct {
-	mu     sync.Mutex
-	m      map[*h1Conn]struct{}
-	closed bool // closeAll ran: new connections are closed at once
+	shards [h1SetShards]h1Shard
+	closed atomic.Bool // closeAll ran: new connections are closed at once
 	wg     sync.WaitGroup
 }
 
+const h1SetShards = 32
+
+type h1Shard struct {
+	mu sync.Mutex
+	m  map[*h1Conn]struct{}
+	_  [48]byte // a cache line each
+}
+
+func (set *h1Set) shard(c *h1Conn) *h1Shard {
+	h := uint64(uintptr(unsafe.Pointer(c))) * 0x9E3779B97F4A7C15
+	return &set.shards[h>>(64-5)]
+}
+
+// add records c; false once closeAll ran (checked under c's shard's lock, which
+// closeAll takes after setting closed: an add either sees closed or is seen by closeAll).
 func (set *h1Set) add(c *h1Conn) bool {
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	if set.closed {
+	sh := set.shard(c)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if set.closed.Load() {
 		return false
 	}
-	if set.m == nil {
-		set.m = make(map[*h1Conn]struct{})
+	if sh.m == nil {
+		sh.m = make(map[*h1Conn]struct{})
 	}
-	set.m[c] = struct{}{}
+	sh.m[c] = struct{}{}
 	return true
 }
 
 func (set *h1Set) remove(c *h1Conn) {
-	set.mu.Lock()
-	delete(set.m, c)
-	set.mu.Unlock()
+	sh := set.shard(c)
+	sh.mu.Lock()
+	delete(sh.m, c)
+	sh.mu.Unlock()
+}
+
+// count is how many connections the set holds.
+func (set *h1Set) count() int {
+	n := 0
+	for i := range set.shards {
+		sh := &set.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // closeIdle closes the connections that wait for a request and reports how many are
 // left (busy ones finish their request and close, because the server is draining).
 // Parked ones are claimed from the parker first and closed here, with their accounting,
-// once the set's lock is released.
+// once the shard's lock is released.
 func (set *h1Set) closeIdle() int {
 	var parked []*h1Conn
-	set.mu.Lock()
-	for c := range set.m {
-		switch {
-		case c.state.Load() == h1Parked:
-			if c.pk.claim(c) {
-				parked = append(parked, c)
-				if c.h2c == nil {
-					delete(set.m, c) // finish's remove finds it gone
-				} // an HTTP/2 one counts until its GOAWAY is out (endParked)
+	n := 0
+	for i := range set.shards {
+		sh := &set.shards[i]
+		sh.mu.Lock()
+		for c := range sh.m {
+			switch {
+			case c.state.Load() == h1Parked:
+				if c.pk.claim(c) {
+					parked = append(parked, c)
+					if c.h2c == nil {
+						delete(sh.m, c) // finish's remove finds it gone
+					} // an HTTP/2 one counts until its GOAWAY is out (endParked)
+				}
+			case c.state.CompareAndSwap(h1Idle, h1Closing) ||
+				time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing):
+				c.closeConn()
 			}
-		case c.state.CompareAndSwap(h1Idle, h1Closing) ||
-			time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing):
-			c.closeConn()
 		}
+		n += len(sh.m)
+		sh.mu.Unlock()
 	}
-	n := len(set.m)
-	set.mu.Unlock()
 	for _, c := range parked {
 		c.endParked(true)
 	}
@@ -211,29 +254,32 @@ func (set *h1Set) closeIdle() int {
 // so that a connection that parks meanwhile is claimed on the next turn instead.
 func (set *h1Set) closeAll() {
 	var parked []*h1Conn
-	set.mu.Lock()
-	set.closed = true
-	for c := range set.m {
-		for {
-			st := c.state.Load()
-			if st == h1Parked {
-				if c.pk.claim(c) {
-					parked = append(parked, c)
-					delete(set.m, c)
+	set.closed.Store(true)
+	for i := range set.shards {
+		sh := &set.shards[i]
+		sh.mu.Lock()
+		for c := range sh.m {
+			for {
+				st := c.state.Load()
+				if st == h1Parked {
+					if c.pk.claim(c) {
+						parked = append(parked, c)
+						delete(sh.m, c)
+						break
+					}
+					continue // unparked meanwhile: it has a goroutine again
+				}
+				if st == h1Asleep {
+					break // its sleeper is the parker's (endSleepers)
+				}
+				if c.state.CompareAndSwap(st, h1Closing) {
+					c.closeConn()
 					break
 				}
-				continue // unparked meanwhile: it has a goroutine again
-			}
-			if st == h1Asleep {
-				break // its sleeper is the parker's (endSleepers)
-			}
-			if c.state.CompareAndSwap(st, h1Closing) {
-				c.closeConn()
-				break
 			}
 		}
+		sh.mu.Unlock()
 	}
-	set.mu.Unlock()
 	for _, c := range parked {
 		c.endParked(false)
 	}
@@ -358,6 +404,9 @@ func (c *h1Conn) finish(handoff bool) {
 // run serves requests; it returns true to hand the connection to net/http.
 func (c *h1Conn) run() (handoff bool) {
 	s := c.s
+	if c.cc.fromLB && !s.takeProxyHeader(c.cc) {
+		return false // balancer.go
+	}
 	if s.h1Off {
 		return true
 	}
@@ -623,10 +672,23 @@ func (c *h1Conn) readHead() int {
 				c.setIdleDeadline()
 			}
 			c.markRecords()
+			if err := c.awaitIdle(); err != nil {
+				return c.readFailed(err) // TLS: the idle wait ended without a byte (h1idle.go)
+			}
+		}
+		if c.rbuf == nil {
+			c.rbuf = getReadBuf() // given back for the last wait (below)
 		}
 		nr, err := c.read(c.rbuf[c.w:])
 		if err == errRawWait {
 			c.headWait = true
+			if c.r == c.w {
+				// Nothing of a request is buffered: the buffer goes back to the pool
+				// while the connection waits in the poller (an awake idle connection
+				// keeps none: park.Pace).
+				putReadBuf(c.rbuf)
+				c.rbuf, c.r, c.w, c.scanned = nil, 0, 0, 0
+			}
 			return h1Wait
 		}
 		if nr > 0 && !c.activate() {
@@ -686,7 +748,9 @@ func headGarbled(b []byte, from int) bool {
 }
 
 // setIdleDeadline sets the deadline of the wait for the next request: the idle timeout,
-// or h1ParkAfter for a connection that parks (the idle timeout then applies to the park).
+// or, for a connection that parks, h1ParkAfter (h1ParkSoon in a crowd) or what its
+// client's pace asks for (park.Pace, up to h1AwakeMax); the idle timeout then applies
+// to the park.
 func (c *h1Conn) setIdleDeadline() {
 	c.dlSetAt = time.Now()
 	d := c.s.cfg.IdleTimeout
@@ -695,9 +759,10 @@ func (c *h1Conn) setIdleDeadline() {
 		if c.s.crowded() {
 			d = h1ParkSoon
 		}
+		d = min(c.pace.Awake(d, h1ParkSoon, h1AwakeMax), c.s.cfg.IdleTimeout)
 	}
 	c.dlWait = d
-	_ = c.cc.SetReadDeadline(c.dlSetAt.Add(d))
+	_ = c.cc.SetReadDeadline(park.Deadline(c.dlSetAt, d)) // one wake-up moves many (park.Coarse)
 	c.dlIdle = true
 }
 

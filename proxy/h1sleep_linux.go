@@ -10,6 +10,7 @@ import (
 
 	"github.com/serve-zone/ingress/internal/rawnet"
 	"github.com/serve-zone/ingress/proxy/internal/clients"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -59,6 +60,8 @@ type h1Sleeper struct {
 	idleAt   time.Duration
 	hold     clients.Hold
 	lastHost *stats.Host // the hostname its next unclaimed bytes go to (clientConn.lastHost)
+	pace     park.Pace   // its client's pace (h1Conn.pace)
+	via      *balanced   // its client as a balancer's PROXY header named it (clientConn.via)
 	s        *Server
 	// woken is the connection it became, for a strike that chose the sleeper before its
 	// place moved on.
@@ -88,7 +91,7 @@ func (c *h1Conn) sleep(pk *parker) bool {
 	}
 	s := c.s
 	sl := &h1Sleeper{fd: int32(fd), counted: cc.counted.Load(), idleAt: c.dlSetAt.Sub(pk.epoch),
-		lastHost: cc.lastHost, s: s}
+		lastHost: cc.lastHost, pace: c.pace, via: cc.via, s: s}
 	sl.pr = parkRec{state: &sl.state, awake: h1Idle}
 	sl.state.Store(h1Idle)
 	// Published by the CAS: a strike that collected cc before its place moved to the
@@ -194,10 +197,10 @@ func (sl *h1Sleeper) wake(parkable bool) {
 		s.totals.Conn(stats.ProtoHTTP1, -1)
 		return
 	}
-	cc := &clientConn{Conn: rawnet.Wrap(nc), s: s, lastHost: sl.lastHost}
+	cc := &clientConn{Conn: rawnet.Wrap(nc), s: s, lastHost: sl.lastHost, via: sl.via}
 	cc.proto.Store(uint32(stats.ProtoHTTP1))
 	cc.counted.Store(sl.counted)
-	c := &h1Conn{s: s, cc: cc, ho: s.hoHTTP, started: time.Now(), served: 1}
+	c := &h1Conn{s: s, cc: cc, ho: s.hoHTTP, started: time.Now(), served: 1, pace: sl.pace}
 	c.state.Store(h1Idle)
 	cc.h1.Store(c)
 	sl.hold.Move(&cc.hold, cc)

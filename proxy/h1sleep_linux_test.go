@@ -34,9 +34,7 @@ func sleepers(s *Server) int {
 
 // fastPathConns is how many connections the fast path's set holds.
 func fastPathConns(s *Server) int {
-	s.h1.mu.Lock()
-	defer s.h1.mu.Unlock()
-	return len(s.h1.m)
+	return s.h1.count()
 }
 
 // TestSleeperCompact: a parked plain HTTP/1.1 connection is held as a sleeper: not in
@@ -250,6 +248,7 @@ func TestSleepersWakeAll(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.IdleTimeout = 30 * time.Second
 		c.MaxConnsPerClient = -1
+		c.MaxRequestsPerClient = -1                // every woken request is in flight at once, from one address
 		c.ResponseHeaderTimeout = 30 * time.Second // every woken request reaches the target at once
 	})
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})

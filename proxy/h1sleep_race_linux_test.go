@@ -22,15 +22,19 @@ import (
 // there is not exactly one).
 func onlyFastPathConn(t *testing.T, s *Server) *h1Conn {
 	t.Helper()
-	s.h1.mu.Lock()
-	defer s.h1.mu.Unlock()
-	if len(s.h1.m) != 1 {
-		t.Fatalf("the fast path's set holds %d connections, want 1", len(s.h1.m))
+	var found []*h1Conn
+	for i := range s.h1.shards {
+		sh := &s.h1.shards[i]
+		sh.mu.Lock()
+		for c := range sh.m {
+			found = append(found, c)
+		}
+		sh.mu.Unlock()
 	}
-	for c := range s.h1.m {
-		return c
+	if len(found) != 1 {
+		t.Fatalf("the fast path's set holds %d connections, want 1", len(found))
 	}
-	return nil
+	return found[0]
 }
 
 // TestSleeperStrikeThroughOldConn: clients.Table.Strike collects its Enders under the

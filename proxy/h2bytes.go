@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
-	"time"
 	"unsafe"
 
 	"golang.org/x/net/http2"
@@ -92,10 +91,6 @@ func (x *h2Req) forwardBytes() {
 		x.fail(o)
 		return
 	}
-	start := x.start
-	if start.IsZero() || up != nil {
-		start = time.Now()
-	}
 	replay := x.replayable(!up.rewindable())
 	walk := newWalk(s, x.entry)
 	for {
@@ -105,7 +100,7 @@ func (x *h2Req) forwardBytes() {
 			return
 		}
 		x.backend = b
-		uc, err := s.exchange(&w.upWork, attempt{route: x.entry, addr: b.Addr, start: start, watch: (*h2Watch)(x.st), replayable: replay, up: up})
+		uc, err := s.exchange(&w.upWork, attempt{route: x.entry, addr: b.Addr, watch: (*h2Watch)(x.st), replayable: replay, up: up})
 		if err == nil {
 			walk.took()
 			x.err = nil

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/toolbin"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -264,10 +265,7 @@ func TestOwnH2Curl(t *testing.T) {
 		}
 	}
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("curl with HTTP/2 is needed (CI is set): %v", err)
-		}
-		t.Skipf("curl with HTTP/2 not found: %v", err)
+		toolbin.Missing(t, fmt.Sprintf("curl with HTTP/2 not found (Debian package curl): %v", err))
 	}
 	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -304,7 +302,7 @@ func TestOwnH2Curl(t *testing.T) {
 func TestOwnH2Nghttp(t *testing.T) {
 	nghttp, err := exec.LookPath("nghttp")
 	if err != nil {
-		t.Skipf("nghttp not found (Debian package nghttp2-client): %v", err)
+		toolbin.Skip(t, fmt.Sprintf("nghttp not found (Debian package nghttp2-client): %v", err))
 	}
 	e := newEnv(t)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -115,6 +115,7 @@ func (c *h1Conn) serveH2() {
 		// Without streams for h1ParkAfter, the connection parks (h1idle.go).
 		c.pk, cfg.ParkAfter = pk, h1ParkAfter
 		cfg.ParkSoon, cfg.Crowded = h1ParkSoon, s.crowded // as HTTP/1.1's (h1serve.go)
+		cfg.AwakeMax = h1AwakeMax
 		c.pr = parkRec{state: &c.state, awake: h1Active}
 	}
 	conn := h2.NewConn(cc, cfg, f)
@@ -125,7 +126,7 @@ func (c *h1Conn) serveH2() {
 	// handshake, or before its preface came) is seen here too: the connection is ended
 	// through the engine (GOAWAY ENHANCE_YOUR_CALM). Checked after the Store, so that a
 	// verdict is either seen here or finds the engine's connection.
-	if client := remoteAddr(cc); !f.trusted && client.IsValid() {
+	if client := cc.clientKey(); !f.trusted && client.IsValid() {
 		if hit, _ := s.penalties.Penalized(client); hit {
 			s.endH2ForAbuse(conn)
 		}

@@ -188,7 +188,7 @@ func (e *env) entries() int {
 // waitFor is testwait.Until with the package's usual 5 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	testwait.Until(t, 5*time.Second, what, cond)
+	testwait.Until(t, 15*time.Second, what, cond) // generous for a loaded machine: it ends at the event
 }
 
 // Clients. Each dials the proxy's listener whatever the URL's host says.

@@ -55,8 +55,14 @@ func remoteAddr(c net.Conn) netip.Addr {
 // refusePenalized refuses a just-accepted raw connection whose client address is
 // penalised, and reports whether it did: it is held in the tarpit until the penalty
 // ends, or reset at once when the tarpit is full.
-func (s *Server) refusePenalized(c net.Conn) bool {
-	a := remoteAddr(c)
+func (s *Server) refusePenalized(c net.Conn) bool { return s.refusePenalizedAs(c, remoteAddr(c)) }
+
+// refusePenalizedAs is refusePenalized for a connection whose client is a. With c nil
+// (a trusted balancer's connection, whose PROXY header named a: balancer.go) it only
+// counts and logs the refusal, and the connection's goroutine resets it: held in the
+// tarpit, it would keep one of the balancer's connections to us, which all its
+// clients share, for the rest of the penalty.
+func (s *Server) refusePenalizedAs(c net.Conn, a netip.Addr) bool {
 	if !a.IsValid() {
 		return false
 	}
@@ -68,7 +74,7 @@ func (s *Server) refusePenalized(c net.Conn) bool {
 		_ = tc.SetLinger(0) // a reset: nothing of the client's is read, no TIME_WAIT kept
 		_ = tc.SetReadBuffer(tarpitReadBuffer)
 	}
-	if !s.tarpit.hold(c, until) {
+	if c != nil && !s.tarpit.hold(c, until) {
 		_ = c.Close()
 	}
 	s.totals.PenalizedRefusal()
@@ -87,7 +93,7 @@ func (s *Server) refusePenalized(c net.Conn) bool {
 // connections opened before it does not go on (issue 25).
 func (s *Server) h2Abuse(nc net.Conn, reason string) {
 	s.totals.ClientAbuse()
-	s.strike(remoteAddr(nc), reason)
+	s.strike(clientKey(nc), reason)
 }
 
 // strike acts on an abuse verdict against client address a (unless trusted): a is

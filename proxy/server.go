@@ -164,6 +164,19 @@ type Config struct {
 	// at once (0 -> 256; negative: no limit). One more is answered 503 with Retry-After:
 	// 1 before any target is contacted. Trusted proxies are exempt.
 	MaxTunnelsPerClient int
+	// ProxyProtocolFrom are the load balancers whose TCP connections (plain and TLS)
+	// must begin with a PROXY protocol header, version 1 or 2, read before any TLS or
+	// HTTP byte (balancer.go): its source address is then the connection's client for
+	// every per-client rule (the budgets and the penalty, forwarding fields, the access
+	// log), also after a sleep. A LOCAL command (version 1: UNKNOWN), a balancer's
+	// health check, is the balancer's own connection: served with its address, counted
+	// in no budget, never penalised. A connection whose header is malformed or late is
+	// closed and counted (stats.RefusalProxyProtocol). Connections from elsewhere are
+	// served as without it: a PROXY header from them is not honoured. HTTP/3 is
+	// unaffected. Nil: none.
+	ProxyProtocolFrom []netip.Prefix
+	// ProxyProtocolTimeout bounds the wait for that header from the accept (0 -> 5s).
+	ProxyProtocolTimeout time.Duration
 	// MaxRequests bounds the requests and WebSocket tunnels in flight over all clients
 	// together, every protocol (0 -> derived from the machine's memory and descriptor
 	// limit: bounds.go; negative: no limit). One more is refused as one over its
@@ -193,6 +206,7 @@ const (
 	defaultClientSendTimeout     = 30 * time.Second
 	defaultTunnelIdleTimeout     = 5 * time.Minute
 	defaultRequestBuffer         = 64 << 10
+	defaultProxyProtocolTimeout  = 5 * time.Second
 	// maxConcurrentStreams bounds the requests one HTTP/2 or HTTP/3 connection may have
 	// open at once (nginx's default), and with them the targets' connections it holds.
 	maxConcurrentStreams = 128
@@ -257,6 +271,10 @@ type Server struct {
 	clients                        *clients.Table
 	budgetLoggedAt, budgetUnlogged atomic.Int64
 	quicRefused                    atomic.Pointer[quicRefusal] // the last refused QUIC attempt (budgets.go)
+	// balancers are Config.ProxyProtocolFrom, masked; ppLoggedAt and ppUnlogged
+	// rate-limit the lines about refused PROXY headers (balancer.go).
+	balancers              []netip.Prefix
+	ppLoggedAt, ppUnlogged atomic.Int64
 
 	mu              sync.Mutex
 	httpLn, httpsLn net.Listener
@@ -287,6 +305,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.HTTP2MaxStreamsPerConn < 0 || cfg.HTTP2MaxStreamsPerConn > 1<<30 {
 		errs = append(errs, errors.New("HTTP2MaxStreamsPerConn must be from 0 to 1<<30"))
 	}
+	for _, p := range cfg.ProxyProtocolFrom {
+		if !p.IsValid() {
+			errs = append(errs, errors.New("ProxyProtocolFrom holds an invalid prefix"))
+			break
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(append([]error{ErrInvalidConfig}, errs...)...)
 	}
@@ -302,6 +326,7 @@ func New(cfg Config) (*Server, error) {
 	def(&cfg.ClientBodyTimeout, defaultClientBodyTimeout)
 	def(&cfg.ClientSendTimeout, defaultClientSendTimeout)
 	def(&cfg.TunnelIdleTimeout, defaultTunnelIdleTimeout)
+	def(&cfg.ProxyProtocolTimeout, defaultProxyProtocolTimeout)
 	if cfg.MaxHeaderBytes == 0 {
 		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
@@ -312,6 +337,7 @@ func New(cfg Config) (*Server, error) {
 		tables:    cfg.Tables,
 		accessLog: cfg.AccessLog,
 		trusted:   cfg.TrustedProxies,
+		balancers: maskedPrefixes(cfg.ProxyProtocolFrom),
 		ownH2:     !cfg.stdH2,
 		h1Off:     cfg.h1Off,
 		bodyBound: max(cfg.RequestBuffer, 0),

@@ -43,13 +43,12 @@ func upgrade[S headFields](s *Server, walk *targetWalk, w *upWork, src S, h *out
 	h.method, h.upgrade = http.MethodGet, true
 	h.body, h.zeroLength, h.trailers = false, false, false
 	w.wb, _ = appendHead(w.wb[:0], src, h)
-	start := time.Now()
 	for {
 		b := walk.next()
 		if b == nil {
 			return upgradeResult{oc: walk.last}
 		}
-		uc, err := s.exchange(w, attempt{route: walk.e, addr: b.Addr, start: start, watch: cw, upgrade: true})
+		uc, err := s.exchange(w, attempt{route: walk.e, addr: b.Addr, watch: cw, upgrade: true})
 		if err == nil && w.res.Status == http.StatusSwitchingProtocols && !upgradesToWebSocket(&w.res) {
 			uc.Close()
 			err = errNoUpgrade

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/serve-zone/ingress/internal/jsonx"
 )
@@ -18,6 +20,22 @@ const (
 		"labels of 1–63 [a-z0-9-] neither starting nor ending with '-'), or '*.' followed by one"
 	msgAddress = "must be a dotted-quad IPv4 address without leading zeros, outside 0.0.0.0/8, 224.0.0.0/4 and 240.0.0.0/4"
 )
+
+// quoteHostname names a refused hostname in its violation. It is quoted when it looks like
+// a mistyped name (at most 253 bytes, a dot, no space or control character); anything
+// else, a PEM block or a key's base64 line that a peer echoed into the field among it,
+// is named by its length only, so that no key material reaches a violation.
+func quoteHostname(h string) string {
+	if h == "" {
+		return `""`
+	}
+	if len(h) <= 253 && strings.Contains(h, ".") && !strings.ContainsFunc(h, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError
+	}) {
+		return strconv.Quote(h)
+	}
+	return fmt.Sprintf("(%d bytes, not quoted)", len(h))
+}
 
 // validated is what Validate learns on the way: the violations, the warnings and the
 // parsed certificates, which compile reuses instead of parsing every key pair twice.
@@ -148,7 +166,7 @@ func validate(t *Table, mode Mode, now time.Time, prior keyPairs) *validated {
 		p := func(member string) string { return jsonx.Index("routes", i) + member }
 		okHost := ValidHostname(r.Hostname)
 		if !okHost {
-			e.Addf(p(".hostname"), msgHostname)
+			e.Addf(p(".hostname"), "%s "+msgHostname, quoteHostname(r.Hostname))
 		}
 		if hosts != nil {
 			if first, dup := hosts[r.Hostname]; dup && okHost {

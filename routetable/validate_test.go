@@ -58,21 +58,25 @@ func TestValidateEachRule(t *testing.T) {
 			"routes[2].hostname must sort strictly after routes[1].hostname"},
 		{"routes duplicate", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "api.example.test"; tb.Routes[2].TLS = nil },
 			"routes[2].hostname must sort strictly after routes[1].hostname"},
-		{"hostname uppercase", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.Example.test" }, "routes[2].hostname must be a lowercase"},
-		{"hostname trailing dot", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.example.test." }, "routes[2].hostname must be"},
-		{"hostname empty", ModeRelay, func(tb *Table) { tb.Routes[0].Hostname = "" }, "routes[0].hostname must be"},
-		{"hostname empty label", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain..example.test" }, "routes[2].hostname must be"},
-		{"hostname label starts with dash", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.-example.test" }, "routes[2].hostname must be"},
-		{"hostname label ends with dash", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain-.example.test" }, "routes[2].hostname must be"},
-		{"hostname underscore", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain_x.example.test" }, "routes[2].hostname must be"},
-		{"hostname unicode", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "pläin.example.test" }, "routes[2].hostname must be"},
-		{"hostname label 64", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "p" + strings.Repeat("a", 63) + ".example.test" }, "routes[2].hostname must be"},
-		{"hostname 254", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain." + longName(248) }, "routes[2].hostname must be"},
+		{"hostname uppercase", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.Example.test" }, `routes[2].hostname "plain.Example.test" must be a lowercase`},
+		{"hostname trailing dot", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.example.test." }, `routes[2].hostname "plain.example.test." must be`},
+		{"hostname empty", ModeRelay, func(tb *Table) { tb.Routes[0].Hostname = "" }, `routes[0].hostname "" must be`},
+		{"hostname empty label", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain..example.test" }, `routes[2].hostname "plain..example.test" must be`},
+		{"hostname label starts with dash", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.-example.test" }, `routes[2].hostname "plain.-example.test" must be`},
+		{"hostname label ends with dash", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain-.example.test" }, `routes[2].hostname "plain-.example.test" must be`},
+		{"hostname underscore", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain_x.example.test" }, `routes[2].hostname "plain_x.example.test" must be`},
+		{"hostname unicode", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "pläin.example.test" }, `routes[2].hostname "pläin.example.test" must be`},
+		{"hostname label 64", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "p" + strings.Repeat("a", 63) + ".example.test" }, `routes[2].hostname "paaaa`},
+		{"hostname 254", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain." + longName(248) }, `routes[2].hostname (254 bytes, not quoted) must be a lowercase`},
 		{"wildcard 254", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "x"; tb.Routes = append(tb.Routes, route("*."+longName(252))) },
-			"routes[3].hostname must be"},
-		{"wildcard inside", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.*.example.test" }, "routes[2].hostname must be"},
-		{"wildcard bare", ModeRelay, func(tb *Table) { tb.Routes[0].Hostname = "*." }, "routes[0].hostname must be"},
-		{"wildcard partial", ModeRelay, func(tb *Table) { tb.Routes[0].Hostname = "*a.example.test" }, "routes[0].hostname must be"},
+			`routes[3].hostname (254 bytes, not quoted) must be`},
+		{"hostname a key's base64 line", ModeRelay, func(tb *Table) {
+			tb.Routes[2].Hostname = "MHcCAQEEIBkg4LVWM9nVIqp4K1hJ9vNZq0Yq+ZxJ3KZ9lY4kq0aoAoGCCqGSM49"
+		},
+			`routes[2].hostname (63 bytes, not quoted) must be`},
+		{"wildcard inside", ModeRelay, func(tb *Table) { tb.Routes[2].Hostname = "plain.*.example.test" }, `routes[2].hostname "plain.*.example.test" must be`},
+		{"wildcard bare", ModeRelay, func(tb *Table) { tb.Routes[0].Hostname = "*." }, `routes[0].hostname "*." must be`},
+		{"wildcard partial", ModeRelay, func(tb *Table) { tb.Routes[0].Hostname = "*a.example.test" }, `routes[0].hostname "*a.example.test" must be`},
 		{"no targets", ModeRelay, func(tb *Table) { tb.Routes[2].Targets = nil }, "routes[2].targets must hold 1 to 64 targets (it holds 0)"},
 		{"65 targets", ModeRelay, func(tb *Table) {
 			ts := make([]Target, 65)
@@ -307,7 +311,7 @@ func TestValidateReportsEveryViolation(t *testing.T) {
 	want := []string{
 		"revision must be a non-negative safe integer",
 		"certificates[0].privateKeyPem must hold exactly one PEM private key",
-		"routes[0].hostname must be a lowercase",
+		`routes[0].hostname "*.Example.test" must be a lowercase`,
 		"routes[1].targets[0].port must be an integer from 1 to 65535",
 		"routes[1].targets[1].address must be a dotted-quad IPv4 address",
 		"routes[2].targets must hold 1 to 64 targets (it holds 0)",
@@ -381,7 +385,7 @@ func TestDecodeReportsRulesBesideShapeViolations(t *testing.T) {
 	want := []string{
 		"routes[1].targets[0].port must be an integer from 1 to 65535",
 		"routes[1].tls.redirectHttp must be a boolean",
-		"routes[0].hostname must be a lowercase",
+		`routes[0].hostname "Bad.Example.test" must be a lowercase`,
 		`routes[1].tls.certificateId names "nope"`,
 	}
 	for _, w := range want {

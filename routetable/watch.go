@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -104,6 +105,7 @@ type FileSource struct {
 	sum     [sha256.Size]byte
 	haveSum bool
 	lastErr string
+	refused bool     // the content of sum was not applied
 	files   []string // the certificate files the last load named
 }
 
@@ -132,25 +134,41 @@ func NewFileSource(path string, store *Store, opts FileSourceOptions) *FileSourc
 // error, or an *Error listing every violation). An unchanged file (certificate files
 // included) costs its hash, not a decode.
 func (f *FileSource) Load() error {
+	_, err := f.load()
+	return err
+}
+
+// loadOutcome is what a load did besides its error.
+type loadOutcome int
+
+const (
+	loadApplied          loadOutcome = iota
+	loadUnchanged                    // the same content as the last load, which was applied
+	loadUnchangedRefused             // the same content as the last load, which was refused
+	loadRefused                      // with the error
+)
+
+// load is Load, and says what came of it.
+func (f *FileSource) load() (loadOutcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if p := f.prepared; p != nil {
 		f.prepared = nil // once: later loads read the file
 		if p.path == f.path && f.doc == nil && f.store.Mode() == ModeStandalone {
 			f.sum, f.haveSum, f.files = p.sum, true, p.files
-			return f.store.applyValidated(p.t, p.v, true, false)
+			return f.applied(f.store.applyValidated(p.t, p.v, true, false))
 		}
 	}
 	standalone := f.store.Mode() == ModeStandalone
 	if f.haveSum && standalone && f.unchanged() {
 		f.log.Debug("routes file unchanged", zap.String("path", f.path))
-		return nil
+		return f.unchangedOutcome(), nil
 	}
 	data := f.doc
 	if data == nil {
 		var err error
 		if data, err = os.ReadFile(f.path); err != nil {
-			return fmt.Errorf("routetable: read routes file: %w", err)
+			return loadRefused, fmt.Errorf("routetable: read routes file: %w", err)
 		}
 	}
 	var (
@@ -171,16 +189,35 @@ func (f *FileSource) Load() error {
 	}
 	if f.haveSum && sum == f.sum {
 		f.log.Debug("routes file unchanged", zap.String("path", f.path))
-		return nil
+		return f.unchangedOutcome(), nil
 	}
 	// Remember the content before judging it: a refused file is reported once, not on
 	// every event, until its content changes again.
 	f.sum, f.haveSum = sum, true
 	if err != nil {
 		f.store.refuse(err.(*Error))
-		return err
+		f.refused = true
+		return loadRefused, err
 	}
-	return f.store.ApplyStandalone(t, true)
+	return f.applied(f.store.ApplyStandalone(t, true))
+}
+
+// applied records the outcome of an apply. f.mu must be held.
+func (f *FileSource) applied(err error) (loadOutcome, error) {
+	f.refused = err != nil
+	if err != nil {
+		return loadRefused, err
+	}
+	return loadApplied, nil
+}
+
+// unchangedOutcome is the outcome of reading the content of the last load again. f.mu
+// must be held.
+func (f *FileSource) unchangedOutcome() loadOutcome {
+	if f.refused {
+		return loadUnchangedRefused
+	}
+	return loadUnchanged
 }
 
 // unchanged reports whether the file and the certificate files it named hash to the
@@ -317,16 +354,54 @@ func (f *FileSource) Run(ctx context.Context) error {
 			rewatch()
 		case <-f.reload:
 			f.log.Debug("routes file reload requested", zap.String("path", f.path))
-			f.loadLogged()
+			f.reloadReported()
 			rewatch()
 		}
 	}
 }
 
+// reloadReported is a requested reload (SIGHUP): it loads and logs the outcome in one
+// line at info or warn, naming the file: unchanged, applied (the revision), or not
+// applied (refused or unreadable), with the revision still served. A refusal's
+// violations are logged by the store.
+func (f *FileSource) reloadReported() {
+	outcome, err := f.load()
+	name := f.path
+	if f.doc != nil {
+		name = "the command line's route"
+	}
+	serving := zap.Skip()
+	if rev, ok := f.store.Applied(); ok {
+		serving = zap.Int64("serving", rev)
+	}
+	switch outcome {
+	case loadApplied:
+		rev, _ := f.store.Applied()
+		f.log.Info("reload: applied", zap.String("path", name), zap.Int64("revision", rev))
+	case loadUnchanged:
+		f.log.Info("reload: unchanged, nothing applied", zap.String("path", name), serving)
+	case loadUnchangedRefused:
+		f.log.Warn("reload: refused, still serving the last good table", zap.String("path", name), serving,
+			zap.String("error", "unchanged since it was refused (logged then)"))
+	default:
+		var te *Error
+		if errors.As(err, &te) {
+			err = fmt.Errorf("%d violation(s), logged above", len(te.Violations))
+		}
+		f.log.Warn("reload: refused, still serving the last good table", zap.String("path", name), serving, zap.Error(err))
+	}
+	f.mu.Lock()
+	f.lastErr = ""
+	if err != nil {
+		f.lastErr = err.Error()
+	}
+	f.mu.Unlock()
+}
+
 // loadLogged loads and logs a read failure once per distinct failure. Refusals are logged
 // by the store.
 func (f *FileSource) loadLogged() {
-	err := f.Load()
+	_, err := f.load()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err == nil {

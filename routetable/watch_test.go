@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,6 +173,37 @@ func TestFileSourceReloadOnRequest(t *testing.T) {
 	}
 	src.Reload()
 	testwait.Until(t, wait, "revision 8", func() bool { rev, _ := s.Applied(); return rev == 8 })
+
+	// Each reload says what came of it, naming the file (issue 34): applied (the
+	// revision), unchanged, or refused with the revision still served.
+	outcome := func(msg string, fields map[string]any) {
+		t.Helper()
+		testwait.UntilWhy(t, wait, msg, func() (bool, string) {
+			for _, e := range logs.FilterMessage(msg).All() {
+				m := e.ContextMap()
+				ok := m["path"] == path
+				for k, v := range fields {
+					ok = ok && m[k] == v
+				}
+				if ok {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(logs.FilterMessage(msg).All())
+		})
+	}
+	outcome("reload: applied", map[string]any{"revision": int64(8)})
+	src.Reload()
+	outcome("reload: unchanged, nothing applied", map[string]any{"serving": int64(8)})
+	tb.Routes[0].Targets[0].Port = 0
+	writeFile(t, path, tableJSON(t, tb))
+	src.Reload()
+	outcome("reload: refused, still serving the last good table", map[string]any{"serving": int64(8), "error": "1 violation(s), logged above"})
+	src.Reload() // the refused file again: still refused, not "unchanged"
+	outcome("reload: refused, still serving the last good table", map[string]any{"serving": int64(8), "error": "unchanged since it was refused (logged then)"})
+	if rev, _ := s.Applied(); rev != 8 {
+		t.Fatalf("serving %d after a refused reload", rev)
+	}
 }
 
 func TestFileSourceRunStopsWithContext(t *testing.T) {
@@ -206,7 +238,7 @@ func TestLoadFileAndWatchFileRefuseAtStart(t *testing.T) {
 	}
 	os.WriteFile(path, []byte(`{"revision":1,"routes":[{"hostname":"A.test","targets":[],"tls":null}],"certificates":[]}`), 0o600)
 	_, err := LoadFile(path)
-	wantViolation(t, err, "routes[0].hostname must be")
+	wantViolation(t, err, `routes[0].hostname "A.test" must be`)
 	wantViolation(t, err, "routes[0].targets must hold 1 to 64 targets")
 
 	s := NewStore(StoreOptions{Mode: ModeStandalone})

@@ -75,6 +75,8 @@ func TestCollectorReadsTotals(t *testing.T) {
 	tot.Refusal(RefusalRequests)
 	tot.Refusal(RefusalTunnels)
 	tot.Refusal(RefusalHTTP3Penalty)
+	tot.Refusal(RefusalProxyProtocol)
+	tot.Refusal(RefusalProxyProtocol)
 	tot.Refusal(RefusalDescriptors)
 	tot.Refusal(RefusalMaxRequests)
 	tot.Refusal(RefusalHandshakes)
@@ -101,6 +103,7 @@ counter ingress_refusals_total{kind="requests"} 2
 counter ingress_refusals_total{kind="tunnels"} 1
 counter ingress_refusals_total{kind="penalty"} 1
 counter ingress_refusals_total{kind="http3-penalty"} 1
+counter ingress_refusals_total{kind="proxy-protocol"} 2
 counter ingress_refusals_total{kind="descriptors"} 1
 counter ingress_refusals_total{kind="max-requests"} 1
 counter ingress_refusals_total{kind="handshakes"} 1

@@ -10,8 +10,13 @@ import (
 // HandlerPath is the admin path Handler serves.
 const HandlerPath = "/v1/traffic-statistics"
 
-// Handler serves GET HandlerPath?fromDayUtc=…&toDayUtc=…&limit=…[&cursor=…] on the admin
-// listener with the contract's response body (application/json). An invalid query is
+// DefaultHandlerLimit is the page size of a query to Handler that names no limit. The
+// relay's queries always name one (the contract requires it); a person with curl need not.
+const DefaultHandlerLimit = 100
+
+// Handler serves GET HandlerPath?fromDayUtc=…&toDayUtc=…[&limit=…][&cursor=…] on the admin
+// listener with the contract's response body (application/json); limit defaults to
+// DefaultHandlerLimit. An invalid query is
 // 400 with {"errors":[…]} under the same rules as the wire request: limit must be an
 // integer, and an unknown or repeated parameter is an error too. Other methods get 405,
 // other paths 404. Safe for concurrent use.
@@ -61,6 +66,9 @@ func queryBody(req *http.Request) json.RawMessage {
 		default:
 			m[k] = vs[0]
 		}
+	}
+	if _, ok := values["limit"]; !ok {
+		m["limit"] = DefaultHandlerLimit
 	}
 	b, _ := json.Marshal(m)
 	return b

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -54,6 +55,17 @@ func TestHandler(t *testing.T) {
 		}
 		if want := queryAll(t, r, mustDay(t, "2026-11-28"), mustDay(t, "2026-11-30"), 1000); !reflect.DeepEqual(all, want) {
 			t.Fatalf("over HTTP %v\nwant %v", all, want)
+		}
+	})
+
+	t.Run("default limit", func(t *testing.T) {
+		// No limit: a page of DefaultHandlerLimit, as if it had been given.
+		const q = "fromDayUtc=2026-11-28&toDayUtc=2026-11-30"
+		code, _, without := get(t, http.MethodGet, HandlerPath+"?"+q)
+		_, _, with := get(t, http.MethodGet, HandlerPath+"?"+q+"&limit="+strconv.Itoa(DefaultHandlerLimit))
+		_, _, one := get(t, http.MethodGet, HandlerPath+"?"+q+"&limit=1")
+		if code != http.StatusOK || string(without) != string(with) || string(without) == string(one) {
+			t.Fatalf("without a limit: %d %s\nwith limit=%d: %s", code, without, DefaultHandlerLimit, with)
 		}
 	})
 

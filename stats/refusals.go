@@ -19,6 +19,10 @@ const (
 	// RefusalHTTP3Penalty: a QUIC connection from an address penalised for abuse,
 	// refused at the handshake.
 	RefusalHTTP3Penalty
+	// RefusalProxyProtocol: a connection from a trusted load balancer whose PROXY
+	// protocol header was malformed, truncated or did not come in time, closed before
+	// any TLS or HTTP.
+	RefusalProxyProtocol
 	// RefusalDescriptors: a request the ingress could not send for want of a file
 	// descriptor of its own (EMFILE or ENFILE dialling its target): 503, not the
 	// target's failure.
@@ -45,6 +49,8 @@ func (k RefusalKind) String() string {
 		return "penalty"
 	case RefusalHTTP3Penalty:
 		return "http3-penalty"
+	case RefusalProxyProtocol:
+		return "proxy-protocol"
 	case RefusalDescriptors:
 		return "descriptors"
 	case RefusalMaxRequests:

@@ -1,7 +1,7 @@
 // Command target is the fixed-response backend of the proxy comparison in bench/compare.
 //
-// It answers GET /64 with a 64-byte body and GET /16k with a 16 KiB body over HTTP/1.1
-// keep-alive on a loopback address, GET /flood (bench/flood.sh's attacker) like /64, GET
+// It answers GET /64 with a 64-byte body, GET /1k with 1 KiB (bench/thinkload) and GET /16k
+// with a 16 KiB body over HTTP/1.1 keep-alive on a loopback address, GET /flood (bench/flood.sh's attacker) like /64, GET
 // /_counts with its counters (below), and 404 to anything else. The bodies are built once, so
 // the target spends as little CPU per request as net/http allows: it shares a core with the
 // load generator, and every proxy under test is measured against the same target.
@@ -119,13 +119,15 @@ func (c *counters) write(w http.ResponseWriter, reset bool) {
 }
 
 func newHandler(cn *counters) http.Handler {
-	small, large := newBody(64), newBody(16<<10)
+	small, kib, large := newBody(64), newBody(1<<10), newBody(16<<10)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cn.requests.Add(1)
 		var b body
 		switch r.URL.Path {
 		case "/64":
 			b = small
+		case "/1k":
+			b = kib
 		case "/16k":
 			b = large
 		case "/flood":

@@ -8,9 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminHandler serves /metrics, /healthz, /readyz and /v1/traffic-statistics. /readyz's
-// body adds explain's lines (where the ACME routes stand; nil: none) after its verdict.
-func adminHandler(reg *prometheus.Registry, ready func() bool, explain func() []string, statistics http.Handler) http.Handler {
+// adminHandler serves /metrics, /healthz, /readyz and /v1/traffic-statistics. /readyz
+// answers 503 with notReady's reason while it has one, and its body adds explain's lines
+// (where the ACME routes stand; nil: none) after its verdict.
+func adminHandler(reg *prometheus.Registry, notReady func() string, explain func() []string, statistics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -20,9 +21,9 @@ func adminHandler(reg *prometheus.Registry, ready func() bool, explain func() []
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		body := "ready\n"
-		if !ready() {
+		if why := notReady(); why != "" {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			body = "not ready: no route table applied or listeners not up\n"
+			body = "not ready: " + why + "\n"
 		}
 		if explain != nil {
 			for _, l := range explain() {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -202,7 +203,8 @@ Examples:
   SERVEZONE_CLUSTER_RELAY_ORIGIN=https://relay.example.com SERVEZONE_CLUSTER_NODE_ID=node-1 \
     ingress --state-dir /var/lib/ingress
 
-More: README.md, docs/standalone.md (the route file), docs/deployment.md.
+More: README.md, docs/flags.md (every flag), docs/standalone.md (the route file),
+docs/deployment.md (building, containers, Kubernetes, systemd).
 
 Flags (--name VALUE or --name=VALUE; booleans --name or --name=false; durations with a
 unit: 500ms, 30s, 2m, 1h):
@@ -213,6 +215,10 @@ Starts, in this process and on loopback, a development relay, two demo backends 
 ingress registered with that relay, prints curl lines to try, and runs until Ctrl-C
 (SIGINT) or SIGTERM, then exits 0. SIGHUP makes the ingress pull its route table again.
 INGRESS_* variables are not read.
+
+The ingress binds 127.0.0.1:8080 (plain HTTP), 127.0.0.1:8443 (TLS, and HTTP/3 on UDP)
+and its admin listener 127.0.0.1:9090; --http-addr, --https-addr and --admin-addr change
+them (127.0.0.1:0 picks a free port; the curl lines name the ports bound).
 
 Flags (the ingress's, with loopback defaults):
 `,
@@ -269,10 +275,17 @@ Prints the ingress's version.
 `,
 }
 
+// hiddenFlags are flags a command has (so that using one gets a refusal that says why)
+// but does not list: `ingress proxy` and the demo have no relay and no routes file.
+var hiddenFlags = map[string][]string{
+	"proxy": {"routes", "relay-ca", "allow-insecure-relay"},
+	"demo":  {"routes", "relay-ca", "allow-insecure-relay"},
+}
+
 // placeholders name the value of flags whose type says too little.
 var placeholders = map[string]string{
 	"routes": "FILE", "relay-ca": "FILE", "cpuprofile": "FILE", "state-dir": "DIR",
-	"trusted-proxies": "CIDRS", "log-level": "LEVEL", "log-format": "FORMAT",
+	"trusted-proxies": "CIDRS", "proxy-protocol-from": "CIDRS", "log-level": "LEVEL", "log-format": "FORMAT",
 	"from": "HOST", "to": "ADDR", "tls-cert": "FILE", "tls-key": "FILE",
 }
 
@@ -288,7 +301,11 @@ func writeUsage(w io.Writer, cmd string, fs *flag.FlagSet, env bool) {
 		return
 	}
 	var flags []*flag.Flag
-	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f) })
+	fs.VisitAll(func(f *flag.Flag) {
+		if !slices.Contains(hiddenFlags[cmd], f.Name) {
+			flags = append(flags, f)
+		}
+	})
 	sort.Slice(flags, func(i, j int) bool { return flags[i].Name < flags[j].Name })
 	for _, f := range flags {
 		fmt.Fprintf(w, "  --%s%s\n", f.Name, placeholder(f))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -19,6 +20,9 @@ func TestParseFlagsEnvironment(t *testing.T) {
 		"INGRESS_HTTP3":         "false",
 		"INGRESS_ADMIN_ADDR":    ":9090",
 		"UNRELATED":             "x",
+
+		"INGRESS_PROXY_PROTOCOL_FROM":    "10.0.0.0/24, 2001:db8::1",
+		"INGRESS_PROXY_PROTOCOL_TIMEOUT": "2s",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	o := defaultOptions()
@@ -27,6 +31,9 @@ func TestParseFlagsEnvironment(t *testing.T) {
 	}
 	if o.StateDir != "/var/lib/ingress" || o.Routes != "/etc/r.json" || o.DrainTimeout != 20*time.Second || o.HTTP3 || o.AdminAddr != ":9090" {
 		t.Fatalf("options %+v", o)
+	}
+	if err := o.validate(); err != nil || fmt.Sprint(o.balancers) != "[10.0.0.0/24 2001:db8::1/128]" || o.ProxyProtocolTimeout != 2*time.Second {
+		t.Fatalf("INGRESS_PROXY_PROTOCOL_*: %v, %v, %s", err, o.balancers, o.ProxyProtocolTimeout)
 	}
 
 	env = map[string]string{"INGRESS_DRAIN_TIMEOUT": "30", "INGRESS_HTTP3": "maybe"}

@@ -31,7 +31,12 @@ const (
 	demoPlain  = "plain.demo.test"  // plain HTTP only
 	demoWild   = "*.apps.demo.test" // wildcard route
 	demoBearer = "demo-bearer-not-a-secret"
-	demoNode   = "demo-node"
+
+	// The demo's listeners unless its flags say otherwise (its -h and the README say so).
+	demoHTTPAddr  = "127.0.0.1:8080"
+	demoHTTPSAddr = "127.0.0.1:8443"
+	demoAdminAddr = "127.0.0.1:9090"
+	demoNode      = "demo-node"
 )
 
 // runDemo starts, in this process and on loopback, the development relay, two demo
@@ -39,7 +44,7 @@ const (
 // show routing, TLS and statistics and runs until ctx ends.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := defaultOptions()
-	o.HTTPAddr, o.HTTPSAddr, o.AdminAddr = "127.0.0.1:8080", "127.0.0.1:8443", "127.0.0.1:9090"
+	o.HTTPAddr, o.HTTPSAddr, o.AdminAddr = demoHTTPAddr, demoHTTPSAddr, demoAdminAddr
 	o.LogFormat = "console"
 	fs := o.flagSet("ingress demo", stderr)
 	if err := parseFlags(fs, "demo", args, nil); err != nil {
@@ -48,6 +53,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var problems []error
 	if err := o.validate(); err != nil {
 		problems = append(problems, err)
+	}
+	if o.Routes != "" || o.RelayCA != "" || o.AllowInsecureRelay {
+		problems = append(problems, errors.New("--routes, --relay-ca and --allow-insecure-relay have no use with ingress demo (it runs its own relay and route table)"))
 	}
 	log, stop, err := startProcess(o, problems, stderr)
 	if err != nil {

@@ -10,11 +10,14 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -220,7 +223,7 @@ func TestBinaryValidate(t *testing.T) {
 	r = runBinary(t, nil, "", "validate", file).want(t, exitConfig)
 	assertContainsAll(t, "stderr", r.stderr, file+": refused (standalone route file), 3 violations:",
 		"  certificates[1].privateKeyFile cannot be read: open "+filepath.Join(certs, "missing.key")+": no such file or directory",
-		"  routes[1].hostname must be a lowercase A-label DNS name",
+		`  routes[1].hostname "App.example.test" must be a lowercase A-label DNS name`,
 		"  routes[2].targets[0].address must be a dotted-quad IPv4 address")
 	if r.stdout != "" {
 		t.Errorf("a refused file printed a summary: %s", r.stdout)
@@ -270,11 +273,11 @@ func TestE2EBrokenEditReportedLikeValidate(t *testing.T) {
 		}
 		for _, want := range wants {
 			p.WaitLine(e2eWait, func(m map[string]any) bool {
-				return m["msg"] == "route table violation" && m["violation"] == want
+				return m["msg"] == "route table violation" && m["violation"] == want && m["file"] == file
 			})
 		}
 		refusal := p.WaitLine(e2eWait, func(m map[string]any) bool {
-			return m["msg"] == "route table refused" && m["violations"] == float64(len(wants))
+			return m["msg"] == "route table refused" && m["violations"] == float64(len(wants)) && m["file"] == file
 		})
 		_, hasRev := refusal["revision"]
 		if i == 0 && hasRev {
@@ -282,6 +285,18 @@ func TestE2EBrokenEditReportedLikeValidate(t *testing.T) {
 		}
 		mustGet(t, c, p.HTTP, "edit.example.test", "/", http.StatusOK)
 	}
+	// SIGHUP says what came of it (issue 34): the broken file is still refused, revision 1
+	// still served; a good edit is applied.
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
+		return m["msg"] == "reload: refused, still serving the last good table" && m["path"] == file && m["serving"] == float64(1)
+	})
+	binarytest.WriteFileAtomic(t, file, binarytest.TableJSON(t, 4, nil, binarytest.Route("edit.example.test", "", false, target)))
+	p.Signal(syscall.SIGHUP)
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
+		return (m["msg"] == "reload: applied" && m["revision"] == float64(4)) ||
+			(m["msg"] == "reload: unchanged, nothing applied" && m["serving"] == float64(4)) // the watcher was first
+	})
 	p.Stop(e2eWait)
 }
 
@@ -353,6 +368,30 @@ func TestE2EProxyQuickStart(t *testing.T) {
 		return seen["a"] && seen["b"], r.body
 	})
 	mustGet(t, c, p.HTTP, "other.example.test", "/", http.StatusNotFound)
+	p.Stop(e2eWait)
+
+	// Without TLS no TLS listener is bound, TCP or UDP (issue 34: the -h example failed
+	// for a non-root user on :443): an --https-addr whose port is taken both ways does
+	// not stop it.
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	udp, err := net.ListenPacket("udp", tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	p = startIngress(t, nil, "proxy", "--from", "quick.example.test", "--to", addr(a), "--http-addr", "127.0.0.1:0",
+		"--https-addr", tcp.Addr().String(), "--admin-addr", "127.0.0.1:0", "--log-format", "json")
+	if p.HTTPS != "" {
+		t.Fatalf("a TLS listener at %s without TLS", p.HTTPS)
+	}
+	p.WaitLine(e2eWait, func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "--https-addr not bound") && m["httpsAddr"] == tcp.Addr().String()
+	})
+	mustGet(t, c, p.HTTP, "quick.example.test", "/q", http.StatusOK)
 	p.Stop(e2eWait)
 
 	_, bk := echoBackend(t, "backend", 0) // httpsGet expects the body of a backend named so
@@ -437,7 +476,7 @@ func TestDockerfile(t *testing.T) {
 	text := strings.ReplaceAll(string(data), "\\\n", " ")
 	args := map[string]string{}
 	env := map[string]string{}
-	var froms, runs []string
+	var froms, runs, platforms []string
 	var user, healthcheck, volume string
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
@@ -447,11 +486,15 @@ func TestDockerfile(t *testing.T) {
 		rest := strings.TrimSpace(strings.TrimPrefix(line, f[0]))
 		switch f[0] {
 		case "ARG":
-			if k, v, ok := strings.Cut(rest, "="); ok {
-				args[k] = v
-			}
+			k, v, _ := strings.Cut(rest, "=")
+			args[k] = v
 		case "FROM":
-			froms = append(froms, f[1])
+			image := f[1]
+			if strings.HasPrefix(image, "--platform=") {
+				platforms = append(platforms, image)
+				image = f[2]
+			}
+			froms = append(froms, image)
 		case "ENV":
 			for _, kv := range strings.Fields(rest) {
 				k, v, _ := strings.Cut(kv, "=")
@@ -494,8 +537,31 @@ func TestDockerfile(t *testing.T) {
 	if u, err := healthURL(env["INGRESS_ADMIN_ADDR"], "/readyz"); err != nil || u != "http://127.0.0.1:9090/readyz" {
 		t.Errorf("the health check would ask %q (%v)", u, err)
 	}
-	if _, err := os.Stat("../../.dockerignore"); err != nil {
-		t.Error(err)
+	// Several architectures (issue 34): the build stage runs on the build machine's
+	// platform and cross-compiles for buildx's TARGETARCH; the toolchain is at least
+	// go.mod's (the golang images' GOTOOLCHAIN=local would take an older 1.27.x).
+	if !slices.Equal(platforms, []string{"--platform=$BUILDPLATFORM"}) {
+		t.Errorf("FROM platforms %q: want the build stage on --platform=$BUILDPLATFORM", platforms)
+	}
+	if _, ok := args["TARGETARCH"]; !ok {
+		t.Errorf("no ARG TARGETARCH: docker buildx --platform linux/arm64 would build for the build machine")
+	}
+	if env["GOTOOLCHAIN"] != "auto" {
+		t.Errorf("GOTOOLCHAIN %q in the build stage, want auto (go.mod's toolchain line as the least)", env["GOTOOLCHAIN"])
+	}
+	ignore, err := os.ReadFile("../../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"bin/pebble", "ingress", ".git/HEAD", "bench/out/x.txt"} {
+		if !dockerIgnored(string(ignore), p) {
+			t.Errorf(".dockerignore does not keep %s out of the build context", p)
+		}
+	}
+	for _, p := range []string{"go.mod", "cmd/ingress/main.go", "proxy/internal/h2/engine.go", "bench/ingress/x.go"} {
+		if dockerIgnored(string(ignore), p) {
+			t.Errorf(".dockerignore keeps %s, which the build needs, out of the build context", p)
+		}
 	}
 
 	// Build with the Dockerfile's own command.
@@ -558,21 +624,43 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// TestREADMEWalkthrough follows the README from nothing to a TLS route from a certificate
-// file: its openssl command (when openssl is installed; otherwise an equivalent
-// certificate), its routes.json, `ingress validate`, the ingress, and the requests.
+// dockerIgnored reports whether the .dockerignore patterns keep path (slash-separated,
+// relative to the context) out of the build context: the last matching pattern decides
+// ("!" re-includes); a pattern matches the path or a directory above it; "**" matches
+// any number of directories. Enough of Docker's rules for this file.
+func dockerIgnored(patterns, p string) bool {
+	ignored := false
+	for _, line := range strings.Split(patterns, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		negate := strings.HasPrefix(line, "!")
+		pat := strings.Trim(strings.TrimPrefix(line, "!"), "/")
+		re := "^" + strings.NewReplacer(`\*\*/`, "(.*/)?", `\*\*`, ".*", `\*`, "[^/]*", `\?`, "[^/]").Replace(regexp.QuoteMeta(pat)) + "(/.*)?$"
+		if regexp.MustCompile(re).MatchString(p) {
+			ignored = !negate
+		}
+	}
+	return ignored
+}
+
+// TestREADMEWalkthrough follows docs/standalone.md from nothing to a TLS route from a
+// certificate file: its openssl command (when openssl is installed; otherwise an
+// equivalent certificate), its routes.json, `ingress validate`, the ingress, and the
+// requests.
 func TestREADMEWalkthrough(t *testing.T) {
 	buildBinary(t)
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/standalone.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "### From nothing to a TLS route from a certificate file")
+	_, section, ok := strings.Cut(string(readme), "\n## From nothing to a TLS route from a certificate file")
 	if !ok {
-		t.Fatal("the README has no walkthrough section")
+		t.Fatal("docs/standalone.md has no walkthrough section")
 	}
-	section, _, _ = strings.Cut(section, "\n### ")
+	section, _, _ = strings.Cut(section, "\n## ")
 	blocks := func(lang string) []string {
 		var out []string
 		rest := section

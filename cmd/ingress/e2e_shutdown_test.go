@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -157,6 +158,10 @@ func TestE2ESecondSignalStopsAtOnce(t *testing.T) {
 	}
 	p.Signal(syscall.SIGTERM)
 	p.WaitLine(5*time.Second, func(m map[string]any) bool { return m["msg"] == "stopping: draining in-flight requests" })
+	// While it drains, /readyz says so (issue 34: it said "no route table applied").
+	if r := waitStatus(t, httpClient(t), p.Admin, "", "/readyz", http.StatusServiceUnavailable); !strings.HasPrefix(r.body, "not ready: draining") {
+		t.Fatalf("/readyz while draining: %q", r.body)
+	}
 	start := time.Now()
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(5 * time.Second); code == 0 {

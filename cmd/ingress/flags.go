@@ -34,6 +34,8 @@ type options struct {
 	AccessLog bool
 
 	TrustedProxies        string
+	ProxyProtocolFrom     string // balancers that send a PROXY header first (issue 36)
+	ProxyProtocolTimeout  time.Duration
 	DialTimeout           time.Duration
 	ResponseHeaderTimeout time.Duration
 	ReadHeaderTimeout     time.Duration
@@ -65,9 +67,10 @@ type options struct {
 	ACME acmeOptions
 
 	// Derived by validate.
-	level    zapcore.Level
-	trusted  []netip.Prefix
-	addrSeen map[string]string
+	level     zapcore.Level
+	trusted   []netip.Prefix
+	balancers []netip.Prefix
+	addrSeen  map[string]string
 }
 
 // maxRequestBuffer bounds --request-buffer: every request in flight may hold that much
@@ -100,6 +103,7 @@ func defaultOptions() options {
 		ClientBodyTimeout:     30 * time.Second,
 		ClientSendTimeout:     30 * time.Second,
 		TunnelIdleTimeout:     5 * time.Minute,
+		ProxyProtocolTimeout:  5 * time.Second,
 		MaxConnsPerClient:     512,
 		MaxRequestsPerClient:  512,
 		MaxTunnelsPerClient:   256,
@@ -130,6 +134,8 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "json or console")
 	fs.BoolVar(&o.AccessLog, "access-log", o.AccessLog, "log one line per request")
 	fs.StringVar(&o.TrustedProxies, "trusted-proxies", o.TrustedProxies, "comma-separated CIDRs whose X-Forwarded-*/Forwarded headers are extended instead of replaced")
+	fs.StringVar(&o.ProxyProtocolFrom, "proxy-protocol-from", o.ProxyProtocolFrom, "comma-separated CIDRs of TCP load balancers whose connections (plain and TLS) must begin with a PROXY protocol header (v1 or v2): its client address then counts for the per-client budgets and penalty, X-Forwarded-For/Forwarded and the logs; a LOCAL header (health check) is the balancer's own, in no budget; other sources are served as without it. HTTP/3 is unaffected")
+	fs.DurationVar(&o.ProxyProtocolTimeout, "proxy-protocol-timeout", o.ProxyProtocolTimeout, "how long a --proxy-protocol-from connection's PROXY header may take to arrive; then the connection is closed")
 	fs.DurationVar(&o.DialTimeout, "dial-timeout", o.DialTimeout, "timeout for connecting to a target")
 	fs.DurationVar(&o.ResponseHeaderTimeout, "response-header-timeout", o.ResponseHeaderTimeout, "timeout for a target's response headers")
 	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", o.ReadHeaderTimeout, "timeout for reading a client's request headers")
@@ -212,6 +218,7 @@ func (o *options) validate() error {
 	positive("client-body-timeout", o.ClientBodyTimeout)
 	positive("client-send-timeout", o.ClientSendTimeout)
 	positive("tunnel-idle-timeout", o.TunnelIdleTimeout)
+	positive("proxy-protocol-timeout", o.ProxyProtocolTimeout)
 	if o.PublicHTTPSPort < 0 || o.PublicHTTPSPort > 65535 {
 		bad("--public-https-port must be from 1 to 65535 (0: the bound port), got %d", o.PublicHTTPSPort)
 	}
@@ -241,27 +248,37 @@ func (o *options) validate() error {
 	if o.RetentionDays < 35 || o.RetentionDays > 3660 {
 		bad("--stats-retention-days must be from 35 to 3660, got %d", o.RetentionDays)
 	}
-	o.trusted = nil
-	if s := strings.TrimSpace(o.TrustedProxies); s != "" {
-		for _, part := range strings.Split(s, ",") {
-			part = strings.TrimSpace(part)
-			p, err := netip.ParsePrefix(part)
-			if err != nil {
-				if a, aerr := netip.ParseAddr(part); aerr == nil {
-					p = netip.PrefixFrom(a, a.BitLen())
-				} else {
-					bad("--trusted-proxies: %q is not a CIDR", part)
-					continue
-				}
-			}
-			o.trusted = append(o.trusted, p.Masked())
-		}
-	}
+	o.trusted = parseCIDRs("trusted-proxies", o.TrustedProxies, bad)
+	o.balancers = parseCIDRs("proxy-protocol-from", o.ProxyProtocolFrom, bad)
 	if o.Routes != "" && o.RelayCA != "" {
 		bad("--relay-ca has no use with --routes (standalone mode has no relay)")
 	}
 	o.validateACME(bad)
 	return errors.Join(errs...)
+}
+
+// parseCIDRs parses flag name's comma-separated CIDRs (a bare address is its own /32
+// or /128), masked; each one that is not a CIDR is reported to bad.
+func parseCIDRs(name, v string, bad func(string, ...any)) []netip.Prefix {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		p, err := netip.ParsePrefix(part)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(part); aerr == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				bad("--%s: %q is not a CIDR", name, part)
+				continue
+			}
+		}
+		out = append(out, p.Masked())
+	}
+	return out
 }
 
 // requestBufferTotal is --request-buffer-total as proxy.Config.RequestBufferTotal,

@@ -116,7 +116,7 @@ func listenHint(err error) string {
 	case errors.Is(err, syscall.EADDRINUSE):
 		return "; another process (or another ingress) has that port: stop it or choose another address"
 	case errors.Is(err, syscall.EACCES):
-		return "; ports below 1024 need CAP_NET_BIND_SERVICE (see README: Running without root), or choose a port above 1023"
+		return "; ports below 1024 need CAP_NET_BIND_SERVICE (see docs/deployment.md: Running without root), or choose a port above 1023"
 	case errors.Is(err, syscall.EADDRNOTAVAIL):
 		return "; no interface of this machine has that address"
 	}

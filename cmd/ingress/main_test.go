@@ -24,7 +24,9 @@ func TestBinaryRefusesBrokenEnvironment(t *testing.T) {
 	}{
 		{
 			name: "everything missing",
-			want: []string{"SERVEZONE_CLUSTER_INGRESS_BEARER", "SERVEZONE_CLUSTER_RELAY_ORIGIN", "SERVEZONE_CLUSTER_NODE_ID"},
+			want: []string{"SERVEZONE_CLUSTER_INGRESS_BEARER", "SERVEZONE_CLUSTER_RELAY_ORIGIN", "SERVEZONE_CLUSTER_NODE_ID",
+				// and the ways without a relay (issue 34: a bare ingress said nothing else)
+				"ingress: without a relay: ingress demo", "ingress proxy --from HOST --to ADDR", "ingress --routes FILE", "ingress -h"},
 		},
 		{
 			name: "bad origin and node, bearer set",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -77,6 +78,20 @@ func newProxyInstance(args []string, stderr io.Writer, lookup func(string) (stri
 	if err := o.validate(); err != nil {
 		problems = append(problems, err)
 	}
+	// Without a certificate nothing needs a TLS listener: none is bound, TCP or UDP, so
+	// that a plain quick start runs as printed for a user who may not bind :443.
+	unusedHTTPS := ""
+	if q.cert == "" && q.key == "" && !q.acme {
+		if o.HTTPAddr == "" {
+			problems = append(problems, errors.New("--http-addr is empty and the route has no TLS (--tls-cert and --tls-key, or --acme): nothing would be served"))
+		}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "https-addr" && o.HTTPSAddr != "" {
+				unusedHTTPS = o.HTTPSAddr
+			}
+		})
+		o.HTTPSAddr = ""
+	}
 	if o.Routes != "" {
 		problems = append(problems, errors.New("--routes has no use with ingress proxy, which builds its route from --from and --to (run ingress --routes FILE instead)"))
 	}
@@ -118,6 +133,10 @@ func newProxyInstance(args []string, stderr io.Writer, lookup func(string) (stri
 		tlsFrom = "acme " + o.ACME.CA
 	case q.cert != "":
 		tlsFrom = "files"
+	}
+	if unusedHTTPS != "" {
+		log.Info("--https-addr not bound: the route has no TLS (--tls-cert and --tls-key, or --acme, give it a certificate)",
+			zap.String("httpsAddr", unusedHTTPS))
 	}
 	log.Info("quick start: one route from the command line",
 		zap.Strings("from", q.from), zap.Strings("to", q.to), zap.String("tls", tlsFrom),

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +54,7 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	if o.Routes == "" {
 		var err error
 		if ec, err = env.Read(lookup, env.Options{AllowInsecureRelay: o.AllowInsecureRelay}); err != nil {
-			problems = append(problems, err)
+			problems = append(problems, err, errors.New(withoutRelay))
 		}
 	} else if node, ok := lookup(env.VarNodeID); ok && env.IsID(node) {
 		ec.NodeID = node // standalone statistics still name the node when it is known
@@ -93,6 +94,11 @@ func runIngress(ctx context.Context, args []string, stderr io.Writer, lookup fun
 	steadyGC()
 	return in.run(ctx)
 }
+
+// withoutRelay ends the refusal of an ingress that has neither a relay's variables nor
+// --routes: the ways to run it without a relay.
+const withoutRelay = "without a relay: ingress demo (a demo on loopback), ingress proxy --from HOST --to ADDR (one route), " +
+	"or ingress --routes FILE (a route file); ingress -h lists every command and flag"
 
 // startProcess ends a command's checks: problems (the command line's, joined) refuse it
 // with a configError; otherwise the CPU profile and the process logger start, and stop
@@ -153,6 +159,8 @@ type instance struct {
 	session *register.Session
 	watcher *routetable.FileSource
 	acme    *acme.Manager // standalone mode with a state directory (acme.go)
+
+	draining atomic.Bool // a graceful stop has begun: /readyz says so
 }
 
 // newInstance builds and wires the components and binds every listener, so that an
@@ -187,8 +195,12 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 	// table is the relay's configuration, whose hostnames and ids are logged and exported
 	// as metric labels by design once applied, so withholding them from violations would
 	// close no channel and leave a refused table undiagnosable.
+	storeLog := log.Named("routetable")
+	if o.Routes != "" {
+		storeLog = storeLog.With(zap.String("file", o.Routes)) // every refusal names the file
+	}
 	in.store = routetable.NewStore(routetable.StoreOptions{
-		Stats: in.stats, StateDir: o.StateDir, Logger: log.Named("routetable"), Mode: mode,
+		Stats: in.stats, StateDir: o.StateDir, Logger: storeLog, Mode: mode,
 		Redact: redact.Chain(d.env.Bearer.Scrubber()), Check: acmeCheck(o),
 	})
 	if mode == routetable.ModeStandalone {
@@ -211,6 +223,8 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		Totals:                totals,
 		Logger:                log.Named("proxy"),
 		TrustedProxies:        o.trusted,
+		ProxyProtocolFrom:     o.balancers,
+		ProxyProtocolTimeout:  o.ProxyProtocolTimeout,
 		DialTimeout:           o.DialTimeout,
 		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
 		ReadHeaderTimeout:     o.ReadHeaderTimeout,
@@ -273,7 +287,7 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		}
 		in.adminLn = ln
 		in.adminSrv = &http.Server{
-			Handler:           adminHandler(reg, in.ready, in.explain, in.stats.Handler()),
+			Handler:           adminHandler(reg, in.notReady, in.explain, in.stats.Handler()),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          zap.NewStdLog(log.Named("admin")),
 		}
@@ -314,8 +328,21 @@ func (in *instance) loadRoutes(o options, d instanceDeps) error {
 	return nil
 }
 
-// ready is /readyz: a table is applied and the listeners are up.
-func (in *instance) ready() bool { return in.store.Load() != nil && in.proxy.Ready() }
+// ready is /readyz: a table is applied, the listeners are up and no stop has begun.
+func (in *instance) ready() bool { return in.notReady() == "" }
+
+// notReady says why the instance is not ready, or "" when it is.
+func (in *instance) notReady() string {
+	switch {
+	case in.draining.Load():
+		return "draining: stopping gracefully, in-flight requests finishing"
+	case in.store.Load() == nil:
+		return "no route table applied"
+	case !in.proxy.Ready():
+		return "listeners not up"
+	}
+	return ""
+}
 
 // adminAddr returns the bound admin address, or nil.
 func (in *instance) adminAddr() net.Addr {
@@ -358,7 +385,9 @@ func (in *instance) run(ctx context.Context) error {
 		}
 	}
 	part("proxy", func(ctx context.Context) error {
-		if err := in.proxy.Serve(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// ErrClosed: the stop (a signal at once after the start) shut the server down
+		// before this goroutine got to Serve: nothing was served, nothing failed.
+		if err := in.proxy.Serve(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, proxy.ErrClosed) {
 			return err
 		}
 		return nil
@@ -390,13 +419,17 @@ func (in *instance) run(ctx context.Context) error {
 			}
 		})
 	}
-	in.log.Info("ingress started", zap.String("version", version),
+	if why := vulnerableGo(goVersion()); why != "" {
+		in.log.Warn(why)
+	}
+	in.log.Info("ingress started", zap.String("version", version), zap.String("go", goVersion()),
 		zap.Stringer("http", addrString{http1}), zap.Stringer("https", addrString{https}),
 		zap.Stringer("http3", addrString{in.proxy.HTTP3Addr()}),
 		zap.Stringer("admin", addrString{in.adminAddr()}))
 
 	g.Go(func() error {
 		<-stopping.Done() // ctx ended, or a part failed
+		in.draining.Store(true)
 		in.log.Info("stopping: draining in-flight requests", zap.Duration("drainTimeout", in.opts.DrainTimeout))
 		drain, cancel := context.WithTimeout(context.Background(), in.opts.DrainTimeout)
 		defer cancel()

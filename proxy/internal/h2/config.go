@@ -94,6 +94,12 @@ type Config struct {
 	// goroutines wait at once: each idle connection that has not parked holds two).
 	ParkSoon time.Duration
 	Crowded  func() bool
+	// AwakeMax, when positive, lets a connection whose client keeps a pace (park.Pace:
+	// the gaps between the starts of its busy periods) wait awake for twice its longer
+	// recent gap plus ParkSoon, up to AwakeMax, before it parks, whatever ParkAfter and
+	// ParkSoon say: a request in the pace then finds it awake instead of paying a park
+	// and a wake.
+	AwakeMax time.Duration
 	// EncoderTableSize is the response encoder's HPACK dynamic table (default 4096, the
 	// most RFC 7541 allows without the client's leave, and the client's
 	// SETTINGS_HEADER_TABLE_SIZE lowers it further). A smaller table costs bytes on the

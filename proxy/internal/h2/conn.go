@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -81,6 +82,7 @@ type Conn struct {
 	resetIDs  *[resetMemory]uint32
 	resetNext int
 	lastIdle  time.Time
+	pace      park.Pace // the client's pace: the starts of its busy periods (startStream)
 	// parkAfter is how long this idle period waits before the connection parks
 	// (Config.ParkAfter, or ParkSoon when crowded: idleFrom).
 	parkAfter time.Duration
@@ -495,7 +497,7 @@ func (c *Conn) readTimeout() error {
 			return errPark // park.go
 		}
 		c.dlSetAt, c.dlIdle = now, true
-		_ = c.nc.SetReadDeadline(c.idleDeadline(now))
+		_ = c.nc.SetReadDeadline(park.Deadline(now, c.idleDeadline(now).Sub(now)))
 		return nil
 	}
 	if c.pingOut {
@@ -529,7 +531,7 @@ func (c *Conn) armRead(now time.Time) {
 			d = min(d, reuseIdle)
 		}
 	}
-	_ = c.nc.SetReadDeadline(now.Add(max(d, 0)))
+	_ = c.nc.SetReadDeadline(park.Deadline(now, max(d, 0)))
 }
 
 // fail ends the connection for err: a connection error queues a GOAWAY with its code.

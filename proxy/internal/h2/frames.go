@@ -3,6 +3,7 @@ package h2
 import (
 	"time"
 
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"golang.org/x/net/http2"
 )
 
@@ -448,6 +449,6 @@ func (c *Conn) releaseSlot() {
 		if c.cfg.ParkAfter > 0 {
 			d = min(d, c.parkAfter)
 		}
-		_ = c.nc.SetReadDeadline(now.Add(d))
+		_ = c.nc.SetReadDeadline(park.Deadline(now, d))
 	}
 }

@@ -82,11 +82,15 @@ func (c *Conn) startWriter() {
 }
 
 // idleFrom starts an idle period at now: its park delay is ParkAfter, or ParkSoon when
-// the caller is crowded (c.mu held).
+// the caller is crowded, or what the client's pace asks for (Config.AwakeMax) when that
+// is longer (c.mu held).
 func (c *Conn) idleFrom(now time.Time) {
 	c.lastIdle, c.parkAfter = now, c.cfg.ParkAfter
 	if s := c.cfg.ParkSoon; s > 0 && s < c.parkAfter && c.cfg.Crowded != nil && c.cfg.Crowded() {
 		c.parkAfter = s
+	}
+	if c.cfg.AwakeMax > 0 {
+		c.parkAfter = c.pace.Awake(c.parkAfter, c.cfg.ParkSoon, c.cfg.AwakeMax)
 	}
 }
 

@@ -119,6 +119,9 @@ func (c *Conn) startStream(st *Stream) {
 	// resets every open one; a stream is cancelled when reset and when its handler ends).
 	st.ctx.parent = c.ctx
 	c.streams[st.id] = st
+	if c.slots == 0 {
+		c.pace.Note(time.Now()) // a busy period begins
+	}
 	c.slots++
 	c.earnWindowUpdates()
 	if n := len(c.workers); n > 0 {

@@ -63,7 +63,8 @@ func (x *xfer) step(fd uintptr) bool {
 }
 
 // WriteRead writes req and reads the first bytes of the answer into buf, counting
-// both. The read deadline set on the connection applies to the wait.
+// both. The read deadline set on the connection applies to the wait, never to the
+// write: with the deadline past, req is written all the same and the read times out.
 //
 // Why: net.Conn.Read tries the read before it waits, and right after the request went
 // out the answer is never there yet, so every exchange paid one read that fails with
@@ -87,8 +88,10 @@ func (uc *Conn) WriteRead(req, buf []byte) (int, error) {
 	rest := x.req
 	x.req, x.buf = nil, nil
 	uc.wrote += int64(wrote)
-	if !sent && x.err == nil && err == nil {
-		// The send buffer filled: the rest of the request, then the answer.
+	if !sent && x.err == nil {
+		// The rest of the request, then the answer: the send buffer filled (err nil),
+		// or RawConn.Read failed before it called step (a read deadline already past:
+		// step never ran, and a request must never be taken for sent).
 		return uc.writeThenRead(rest, buf)
 	}
 	if x.err != nil {

@@ -118,3 +118,35 @@ func TestWriteReadAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations per WriteRead, want 0", allocs)
 	}
 }
+
+// TestWriteReadDeadlinePassed: with the read deadline already past when WriteRead is
+// called (RawConn.Read then fails before its callback runs), the request is written all
+// the same and counted, and the read times out: a caller that waits on for the answer
+// waits for a request that went out (issue 33: it used to wait 60 s for one never sent).
+func TestWriteReadDeadlinePassed(t *testing.T) {
+	ps := newPools(t)
+	addr, accepted := listen(t)
+	uc, peer := dial(t, ps, addr, accepted)
+	uc.Begin(1 << 20)
+	_ = uc.SetReadDeadline(time.Now().Add(-time.Second))
+	buf := make([]byte, 16)
+	n, err := uc.WriteRead([]byte("ping"), buf)
+	var ne net.Error
+	if n != 0 || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("WriteRead past the deadline: %d bytes, %v; want a timeout", n, err)
+	}
+	if uc.wrote != 4 {
+		t.Fatalf("counted %d bytes written, want 4", uc.wrote)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(peer, got); err != nil || string(got) != "ping" {
+		t.Fatalf("the peer read %q, %v; want the request", got, err)
+	}
+	// The wait goes on with a new deadline and gets the answer.
+	_, _ = peer.Write([]byte("pong"))
+	_ = uc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := uc.Read(buf); err != nil || string(buf[:n]) != "pong" {
+		t.Fatalf("the answer: %q, %v", buf[:n], err)
+	}
+}
