@@ -14,7 +14,7 @@ import (
 // The forwarding core: the decisions every protocol front-end shares, made here once.
 // Front-ends (the fast HTTP/1.1 path in h1serve.go and h1forward.go; the own HTTP/2
 // engine's in h2forward.go and h2bytes.go; net/http's handler for hand-offs and HTTP/3
-// in handler.go and forward.go; WebSocket tunnels in xconnect.go) translate their wire
+// in handler.go and httpforward.go; WebSocket tunnels in xconnect.go) translate their wire
 // into these calls and back. What a request gets is one verdict (decide, below); then:
 // the target walk (targetWalk; pick and passive health in targets.go); the outgoing
 // head and the forwarding-field table (outhead.go, headers.go's writeForwarding); the

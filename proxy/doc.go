@@ -47,7 +47,7 @@
 // or large request bodies, anything its strict parser refuses) is handed, connection and
 // already-read bytes together, to net/http, which calls [handler.ServeHTTP] (handler.go)
 // per request; HTTP/3 (quic-go) uses the same handler. It takes the same verdict and
-// forwards through the same head, exchange and relay ([Server.forward], forward.go), the
+// forwards through the same head, exchange and relay ([Server.forward], httpforward.go), the
 // response writer as the answerSink (httpSink). It learns what it needs about the client
 // connection from the *clientConn that ConnContext puts into the request context and
 // falls back to the request itself when there is none. net/http's HTTP/2 server is no

@@ -27,8 +27,9 @@ import (
 // that define content (as net/http's writer does); the answer gets a content-length from
 // the length the target's framing gave, nothing else.
 
-// h2Work is a stream's work area for the byte-level exchange.
-type h2Work struct {
+// listWork is the work area of a request whose fields come as a list (the own HTTP/2
+// engine's, net/http's) for the byte-level exchange.
+type listWork struct {
 	upWork
 	lf     listFields
 	kinds  [32]uint8 // lf's kinds, for requests with up to 32 fields
@@ -43,17 +44,17 @@ type h2Work struct {
 }
 
 // release puts w back in its pool, holding no request's header values.
-func (w *h2Work) release() {
+func (w *listWork) release() {
 	w.body.release()
 	w.h2b = h2Body{}
 	w.reset()
 	clear(w.hf)
 	w.hf = w.hf[:0]
-	h2Works.Put(w)
+	listWorks.Put(w)
 }
 
-var h2Works = sync.Pool{New: func() any {
-	w := new(h2Work)
+var listWorks = sync.Pool{New: func() any {
+	w := new(listWork)
 	w.init()
 	return w
 }}
@@ -69,7 +70,7 @@ func (w *h2Watch) clientGone() bool { return (*h2.Stream)(w).Context().Err() != 
 // client; nothing else is retried.
 func (x *h2Req) forwardBytes() {
 	s := x.f.s
-	w := h2Works.Get().(*h2Work)
+	w := listWorks.Get().(*listWork)
 	defer w.release()
 	up, err := x.buildRequest(w)
 	if err != nil {
@@ -157,7 +158,7 @@ func nameBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(
 // stated one and announced no trailers, chunked otherwise; "Content-Length: 0" on a
 // method that defines content and has none, RFC 9110 §8.6, as net/http's writer does). A
 // request with a body gets an uploader (w.body) to send it.
-func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
+func (x *h2Req) buildRequest(w *listWork) (*uploader, error) {
 	rq, f := x.rq, x.f
 	target, err := appendTarget(w.target[:0], rq.Path)
 	if err != nil {
@@ -303,7 +304,7 @@ func isHex(c byte) bool {
 
 // relayBytes relays the target's answer (w.res, its body from uc) to the stream
 // (relay.go).
-func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
+func (x *h2Req) relayBytes(w *listWork, uc *upstream.Conn) {
 	r := relay{s: x.f.s, sink: (*h2Sink)(x.st), rec: x.exchangeRecord, up: x.up, w: &w.upWork, uc: uc,
 		head: x.rq.Method == http.MethodHead, altSvc: x.f.altSvc}
 	r.run()

@@ -27,7 +27,7 @@ func (x *h2Req) tunnel() {
 		return
 	}
 	defer s.tunnels.release()
-	w := h2Works.Get().(*h2Work)
+	w := listWorks.Get().(*listWork)
 	defer w.release()
 	target, err := appendTarget(w.target[:0], rq.Path)
 	if err != nil {

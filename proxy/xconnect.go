@@ -125,7 +125,7 @@ func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqStat
 		return
 	}
 	defer s.tunnels.release()
-	uw := h2Works.Get().(*h2Work)
+	uw := listWorks.Get().(*listWork)
 	defer uw.release()
 	te := removeHopByHop(r.Header)
 	uw.hf = appendHeaderFields(uw.hf[:0], r.Header)
