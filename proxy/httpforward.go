@@ -13,7 +13,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/serve-zone/ingress/proxy/internal/upstream"
+	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 )
@@ -126,135 +126,93 @@ func (b *trackedBody) readDone(t0 time.Time, n int, err error) error {
 
 func (b *trackedBody) Close() error { return nil }
 
-// The forward of net/http's front-ends (HTTP/1.1 hand-offs, HTTP/3, and net/http's HTTP/2
-// server where tests use it as the oracle): the request goes to a target by the same
-// exchange as the own front-ends' (appendHead, Server.exchange, the uploader for its
-// body) and the answer comes back through the same relay (relay.go) into httpSink, the
-// response writer as an answerSink.
+// The forward of net/http's front-ends (HTTP/1.1 hand-offs, HTTP/3): the request goes to
+// a target by the same pipeline as the own front-ends' (appendHead, the walk, the
+// uploader for its body) and the answer comes back through the same relay (relay.go)
+// into httpSink, the response writer as an answerSink.
 
-// forward sends r to one of the route's targets and relays the answer. A connect failure
-// marks the target down and tries another target not yet tried, as long as no body byte
-// was taken from the client; nothing else is retried.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, rs *reqState) {
-	fw := listWorks.Get().(*listWork)
-	defer fw.release()
-	target, err := httpTarget(fw.target[:0], r)
+// forwardHead writes the outgoing head (writeHead) of net/http's request: its target
+// (httpTarget), its header without hop-by-hop fields and those its Connection names
+// (removeHopByHop; a field no HTTP/1.1 head may carry refuses it: errBadField), the body
+// framed as it will be sent. A request with a body gets an uploader (x.body) that reads
+// it through a trackedBody.
+func (x *httpWork) forwardHead() (*uploader, error) {
+	p, r, h := &x.p, x.r, &x.p.oh
+	target, err := httpTarget(x.target[:0], r)
 	if err != nil {
-		rs.err = err
-		s.answer(w, rs, outcomeBadRequest)
-		return
+		return nil, err
 	}
-	fw.target = target
+	x.target = target
 	te := removeHopByHop(r.Header)
-	fw.hf = appendHeaderFields(fw.hf[:0], r.Header)
-	if !validFields(fw.hf) {
+	x.hf = appendHeaderFields(x.hf[:0], r.Header)
+	if !validFields(x.hf) {
 		// Written into an HTTP/1.1 head as they are: a name that is no token or a value
 		// with a line end would be another field, or another request, at the target.
-		rs.err = errBadField
-		s.answer(w, rs, outcomeBadRequest)
-		return
+		return nil, errBadField
 	}
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 	var body io.Reader = r.Body
+	dl := deadlinesOf(x.w)
 	if hasBody && r.ContentLength < 0 && methodUsuallyLacksBody(r.Method) {
-		body, hasBody = probeBody(r, deadlinesOf(w))
+		body, hasBody = probeBody(r, dl)
 	}
 	if hasBody && len(r.Trailer) > 0 {
-		fw.hf = append(fw.hf, hpack.HeaderField{Name: "Trailer", Value: trailerNames(r.Trailer)})
+		x.hf = append(x.hf, hpack.HeaderField{Name: "Trailer", Value: trailerNames(r.Trailer)})
 	}
-	fw.lf.fields = fw.hf
-	fw.lf.classify(fw.kinds[:])
-	ip := clientIP(r.RemoteAddr)
-	h := outHead{
-		method: r.Method, target: unsafe.String(unsafe.SliceData(target), len(target)), host: r.Host,
-		body: hasBody, length: r.ContentLength, trailers: hasBody,
-		zeroLength: !hasBody && (r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch),
-		te:         te,
-		fwd:        forwardedFor{clientIP: ip, host: r.Host, https: rs.secure, trusted: s.isTrusted(ip)},
+	x.lf.fields = x.hf
+	x.lf.classify(x.kinds[:])
+	h.target = unsafe.String(unsafe.SliceData(target), len(target))
+	h.body, h.length, h.trailers = hasBody, r.ContentLength, hasBody
+	h.zeroLength = !hasBody && (r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch)
+	h.te = te
+	plan := writeHead(p, &x.lf)
+	x.lf = listFields{}
+	if !hasBody {
+		return nil, nil
 	}
-	b, plan := appendHead(fw.wb[:0], &fw.lf, &h)
-	fw.wb = b
-	fw.lf = listFields{}
-
-	var up *uploader
-	dl := deadlinesOf(w)
-	if hasBody {
-		tb := &fw.tb
-		*tb = trackedBody{rc: body, limit: r.ContentLength}
-		if tb.limit < 0 {
-			tb.limit = math.MaxInt64 // chunked, or HTTP/2 and HTTP/3 without a length: to EOF
-		}
-		if dl != nil {
-			tb.progress.init(dl, r.ProtoMajor == 2, s.cfg.ClientBodyTimeout)
-		}
-		fw.hb = httpBody{tb: tb, r: r, dl: dl}
-		up = &fw.body
-		*up = uploader{src: &fw.hb, chunked: plan.chunked, expect: plan.expect, length: r.ContentLength}
+	tb := &x.tb
+	*tb = trackedBody{rc: body, limit: r.ContentLength}
+	if tb.limit < 0 {
+		tb.limit = math.MaxInt64 // chunked, or HTTP/2 and HTTP/3 without a length: to EOF
+	}
+	if dl != nil {
 		// The upload may read the body until the exchange is over, and not after the
-		// handler has returned.
-		defer tb.progress.finish()
+		// handler has returned (account ends the progress deadlines).
+		tb.progress.init(dl, r.ProtoMajor == 2, p.s.cfg.ClientBodyTimeout)
 	}
-	if hasBody && !rs.h1 {
-		// What was taken of the body counts, whatever the exchange came to.
-		defer func() { rs.in += fw.tb.n.Load() }()
-	}
-	fw.tb.checkEnd = hasBody && r.ContentLength > 0
-	o, failed := s.holdBody(up)
-	fw.tb.checkEnd = false // from here on, Content-Length is the body's end (Read)
-	if failed {
-		// The body failed before any target saw the request (bodybuf.go).
-		rs.err = up.clientErr
-		s.unanswered(w, r, rs, o)
-		return
-	}
-	keyed := len(r.Header["Idempotency-Key"]) > 0 || len(r.Header["X-Idempotency-Key"]) > 0
-	replay := upstream.Replayable(r.Method, !up.rewindable(), keyed)
-	walk := newWalk(s, rs.entry)
-	for {
-		tgt := walk.next()
-		if tgt == nil {
-			s.answer(w, rs, walk.last)
-			return
-		}
-		rs.backend = tgt
-		uc, err := s.exchange(&fw.upWork, attempt{route: rs.entry, addr: tgt.Addr, watch: reqWatch{r}, replayable: replay, up: up})
-		if err == nil {
-			walk.took()
-			rs.err = nil
-			s.relayHTTP(w, r, rs, fw, uc, up)
-			up.end(uc) // an upload the answer did not wait for ends with it
-			walk.done()
-			return
-		}
-		rs.err = err
-		o, client := up.outcome()
-		if !client {
-			o = classifyUpstream(err)
-			if r.Context().Err() != nil {
-				o = outcomeClientGone
-			}
-		}
-		if walk.missed(o, err, !up.taken()) {
-			continue
-		}
-		s.unanswered(w, r, rs, o)
-		return
-	}
+	x.hb = httpBody{tb: tb, r: r, dl: dl}
+	up := &x.body
+	*up = uploader{src: &x.hb, chunked: plan.chunked, expect: plan.expect, length: r.ContentLength}
+	return up, nil
 }
 
-// unanswered answers o to a request that failed without an answer from its target.
-func (s *Server) unanswered(w http.ResponseWriter, r *http.Request, rs *reqState, o outcome) {
-	switch {
-	case o == outcomeClientGone:
-		// Nothing to say, and never net/http's default 200 for a handler that wrote
-		// nothing: should the client still listen, its connection or stream ends.
-		rs.abort = true
-		return
-	case (o == outcomeClientBody || o == outcomeBodyTimeout) && r.ProtoMajor == 1:
-		// The rest of the body, if any, cannot be told from a next request.
-		w.Header()["Connection"] = valClose
+// tunnelHead writes the upgrade for a WebSocket request (an HTTP/1.1 Upgrade, an HTTP/3
+// extended CONNECT) once its wire can carry the tunnel (errNoTakeover, errTunnelTarget):
+// its header without hop-by-hop fields (a field no HTTP/1.1 head may carry refuses it:
+// errBadField).
+func (x *httpWork) tunnelHead() error {
+	r, h := x.r, &x.p.oh
+	if r.ProtoMajor == 3 {
+		if !originForm(r.RequestURI) { // quic-go refuses most of these already
+			return errTunnelTarget
+		}
+		if _, ok := x.w.(http3.HTTPStreamer); !ok {
+			return errNoTakeover
+		}
+	} else if _, ok := x.w.(http.Hijacker); !ok {
+		return errNoTakeover
 	}
-	s.answer(w, rs, o)
+	te := removeHopByHop(r.Header)
+	x.hf = appendHeaderFields(x.hf[:0], r.Header)
+	if !validFields(x.hf) {
+		return errBadField
+	}
+	x.lf.fields = x.hf
+	x.lf.classify(x.kinds[:])
+	h.target, h.te, h.newKey = r.URL.RequestURI(), te, r.ProtoMajor == 3
+	writeHead(&x.p, &x.lf)
+	x.lf = listFields{}
+	return nil
 }
 
 // methodUsuallyLacksBody reports a method whose requests rarely have content (Go's
@@ -293,28 +251,6 @@ func probeBody(r *http.Request, dl deadlineSetter) (io.Reader, bool) {
 		return io.MultiReader(bytes.NewReader(one[:n:n]), r.Body), true
 	}
 	return r.Body, true // no byte in time (or a failure the upload will meet again)
-}
-
-// relayHTTP relays the target's answer (fw.res, its body from uc) to w (relay.go,
-// httpSink).
-func (s *Server) relayHTTP(w http.ResponseWriter, r *http.Request, rs *reqState, fw *listWork, uc *upstream.Conn, up *uploader) {
-	k := &fw.sink
-	*k = httpSink{w: w, r: r, list: k.list[:0]}
-	if dl := deadlinesOf(w); dl != nil {
-		k.sp.init(dl, r.ProtoMajor == 2, s.cfg.ClientSendTimeout)
-	}
-	rl := relay{s: s, sink: k, rec: rs.exchangeRecord, up: up, w: &fw.upWork, uc: uc,
-		head: r.Method == http.MethodHead, altSvc: rs.altSvc}
-	rl.run()
-	rs.exchangeRecord = rl.rec
-	rs.abort = rs.abort || k.cutOff
-	k.sp.finish(k.wrote && !rs.abort && rs.status != 0)
-	if rs.status == 0 {
-		rs.abort = true // the client left or stalled: nothing more to say to it
-	}
-	list := k.list
-	clear(list[:cap(list)])
-	*k = httpSink{list: list[:0]}
 }
 
 // httpTarget appends the request-target r goes to its target with: the path re-escaped
@@ -377,6 +313,10 @@ type httpBody struct {
 }
 
 func (b *httpBody) Read(p []byte) (int, error) { return b.tb.Read(p) }
+
+// holding: while the body is held (holdBody), at its Content-Length the client's body
+// is read once more, for its end (trackedBody.readEnd); after, Content-Length is its end.
+func (b *httpBody) holding(on bool) { b.tb.checkEnd = on && b.r.ContentLength > 0 }
 
 // stop fails the read in progress: its deadline is set in the past once the progress
 // deadlines are done with.
