@@ -71,15 +71,9 @@ func unruled(pkg string) bool {
 
 // TestImportRules checks every non-test import of ours in the module against allowed.
 func TestImportRules(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("module root not found from the test's directory: %v", err)
-	}
+	root := moduleRoot(t)
 	imports := map[string]map[string]bool{} // package dir -> our imports (non-test files)
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -146,4 +140,16 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("%s imports %s, which its rule does not allow (allowed: %v and the domain-free internal packages)", pkg, imp, rule)
 		}
 	}
+}
+
+// moduleRoot is the module's directory, two levels up from this test's.
+func moduleRoot(t *testing.T) string {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found from the test's directory: %v", err)
+	}
+	return root
 }
