@@ -11,6 +11,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/stats"
@@ -76,7 +77,7 @@ func (f *h2Front) ServeH2(st *h2.Stream) {
 	// query as it came, so it must not hold what would end the request line.
 	if rq.Authority == "" || !targetFits(rq.Method, query, rq.Authority) {
 		p.refuse(outcomeBadRequest)
-	} else if v, ok := rq.Get("expect"); ok && !strings.EqualFold(v, "100-continue") {
+	} else if v, ok := rq.Get("expect"); ok && !ascii.EqualLower(v, "100-continue") {
 		p.refuse(outcomeExpectation) // before routing, as net/http's servers answer it
 	}
 	s.serve(p)

@@ -3,8 +3,8 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"strings"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -123,5 +123,5 @@ var canonicalNames = func() map[string]string {
 }()
 
 func isEventStreamValue(ct string) bool {
-	return len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream")
+	return len(ct) >= len("text/event-stream") && ascii.EqualLower(ct[:len("text/event-stream")], "text/event-stream")
 }

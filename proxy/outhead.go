@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 )
@@ -119,12 +120,12 @@ func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 				continue
 			}
 		case fwdDrop:
-			if h.trailers && eqFoldBytes(src.name(i), "trailer") && len(appendTrailerNames(nil, src.value(i))) > 0 {
+			if h.trailers && ascii.EqualLower(src.name(i), "trailer") && len(appendTrailerNames(nil, src.value(i))) > 0 {
 				trailers++ // announced request trailers go on with a chunked body, below
 			}
 			continue
 		case fwdAside:
-			if !h.body || !eqFoldBytes(src.name(i), "expect") {
+			if !h.body || !ascii.EqualLower(src.name(i), "expect") {
 				continue
 			}
 			plan.expect = true // only 100-continue gets this far; the target answers it
@@ -152,7 +153,7 @@ func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 		plan.chunked = true
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 		for i, n := 0, src.count(); i < n && trailers > 0; i++ {
-			if requestFieldRules[src.kind(i)] == fwdDrop && eqFoldBytes(src.name(i), "trailer") {
+			if requestFieldRules[src.kind(i)] == fwdDrop && ascii.EqualLower(src.name(i), "trailer") {
 				if names := appendTrailerNames(nil, src.value(i)); len(names) > 0 {
 					b = append(b, "Trailer: "...)
 					b = append(b, names...)

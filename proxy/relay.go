@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/routetable"
@@ -282,7 +283,7 @@ func (r *relay) endChunked(sc *h1wire.ChunkScanner, keepUp bool) {
 				return // connection-specific or framing: not a field a trailer may carry
 			}
 			at := len(arena)
-			arena = appendLower(arena, name)
+			arena = ascii.AppendLower(arena, name)
 			n := unsafe.String(&arena[at], len(name))
 			at = len(arena)
 			arena = append(arena, value...)
@@ -365,7 +366,7 @@ func (r *relay) fields(res *h1wire.Response, frame int) []hpack.HeaderField {
 		}
 		value := f.Value(head)
 		at := len(arena)
-		arena = appendLower(arena, f.Name(head))
+		arena = ascii.AppendLower(arena, f.Name(head))
 		name := str(at)
 		var v string
 		if len(value) > 0 {

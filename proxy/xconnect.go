@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/routetable"
@@ -35,7 +36,7 @@ var (
 func upgradesToWebSocket(res *h1wire.Response) bool {
 	for i := range res.Fields {
 		f := &res.Fields[i]
-		if eqFoldBytes(f.Name(res.Head), "upgrade") && hasToken(string(f.Value(res.Head)), "websocket") {
+		if ascii.EqualLower(f.Name(res.Head), "upgrade") && hasToken(string(f.Value(res.Head)), "websocket") {
 			return true
 		}
 	}

@@ -18,7 +18,7 @@ const module = "github.com/serve-zone/ingress/"
 // domainFree are the internal packages that know nothing of the ingress's domain: any
 // package may import them.
 var domainFree = []string{
-	"internal/atomicfile", "internal/jsonx", "internal/rawnet", "internal/redact",
+	"internal/ascii", "internal/atomicfile", "internal/jsonx", "internal/rawnet", "internal/redact",
 	"internal/testcert",
 }
 
@@ -47,6 +47,7 @@ var allowed = map[string][]string{
 	"proxy/internal/proxyhdr": nil,
 	"proxy/internal/upstream": nil,
 	"internal/archtest":       nil,
+	"internal/ascii":          nil,
 	"internal/atomicfile":     nil,
 	"internal/jsonx":          nil,
 	"internal/rawnet":         nil,

@@ -1,6 +1,8 @@
 package h1wire
 
-import "bytes"
+import (
+	"bytes"
+)
 
 // Parsing for the fast HTTP/1.1 path (proxy/h1serve.go). The request parser accepts a strict
 // subset of HTTP/1.1 and reports everything else as "not fast", which hands the
@@ -332,8 +334,7 @@ func NamesProtectedField(v []byte) bool {
 	for len(v) > 0 {
 		var t []byte
 		t, v, _ = bytes.Cut(v, []byte{','})
-		t = trimOWS(t)
-		if eqFold(t, "content-length") || eqFold(t, "transfer-encoding") || eqFold(t, "host") {
+		if ProtectedField(trimOWS(t)) {
 			return true
 		}
 	}

@@ -3,6 +3,8 @@ package h1wire
 import (
 	"bytes"
 	"errors"
+
+	"github.com/serve-zone/ingress/internal/ascii"
 )
 
 // Response heads.
@@ -102,7 +104,7 @@ func ParseResponse(r *Response, head []byte, fields []Field) error {
 			}
 			cl = n
 		case KindTransferEncoding:
-			if r.Chunked || !eqFold(val, "chunked") {
+			if r.Chunked || !ascii.EqualLower(val, "chunked") {
 				return ErrBadFraming
 			}
 			r.Chunked = true
