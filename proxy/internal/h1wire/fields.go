@@ -51,7 +51,7 @@ func requestFieldKind(name []byte) uint8 {
 	case ascii.EqualLower(name, "x-real-ip"):
 		return KindXRealIP
 	case IsHopByHop(name):
-		return KindDrop // the rest of the one hop-by-hop list (headers.go)
+		return KindDrop // the rest of the one hop-by-hop list (HopByHop)
 	case bytes.IndexByte(name, '_') >= 0 && ForwardingLookalike(name):
 		return KindDrop
 	}
@@ -118,7 +118,7 @@ func responseFieldKind(name []byte) uint8 {
 		}
 	}
 	if IsHopByHop(name) {
-		return KindDrop // the rest of the one hop-by-hop list (headers.go)
+		return KindDrop // the rest of the one hop-by-hop list (HopByHop)
 	}
 	return KindOther
 }
