@@ -3,7 +3,7 @@
 // and the account key under the state directory (certmagic's FileStorage), and answers the
 // CA's challenges on the listeners the proxy already owns.
 //
-// What it manages is exactly the set of hostnames whose route has tls.acme true in the
+// What it manages is exactly the set of hostnames whose route has "tls.acme" true in the
 // table being served (Compiled.Source), re-read whenever the Store swaps tables: a hostname
 // that joins is obtained in the background, one that leaves stops being renewed and served.
 // Nothing else is ever requested: certmagic's on-demand issuance stays off, so a handshake

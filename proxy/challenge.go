@@ -27,13 +27,13 @@ func isACMEChallenge(target []byte) bool {
 
 // serveHTTPChallenge lets Config.HTTPChallenge answer r when it is a plain-HTTP request
 // for an ACME HTTP-01 key authorization; it reports whether it did.
-func (s *Server) serveHTTPChallenge(w http.ResponseWriter, r *http.Request, rs *reqState) bool {
-	if rs.secure || s.cfg.HTTPChallenge == nil || !strings.HasPrefix(r.URL.Path, acmeChallengePrefix) {
+func (s *Server) serveHTTPChallenge(w http.ResponseWriter, r *http.Request, p *pipe) bool {
+	if p.secure || s.cfg.HTTPChallenge == nil || !strings.HasPrefix(r.URL.Path, acmeChallengePrefix) {
 		return false
 	}
 	if !s.cfg.HTTPChallenge(w, r) {
 		return false
 	}
-	rs.status = http.StatusOK
+	p.status = http.StatusOK
 	return true
 }

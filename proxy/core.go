@@ -13,17 +13,18 @@ import (
 
 // The forwarding core: the decisions every protocol front-end shares, made here once.
 // Front-ends (the fast HTTP/1.1 path in h1serve.go and h1forward.go; the own HTTP/2
-// engine's in h2forward.go and h2bytes.go; net/http's handler for hand-offs and HTTP/3
-// in handler.go and forward.go; WebSocket tunnels in xconnect.go) translate their wire
-// into these calls and back. What a request gets is one verdict (decide, below); then:
-// the target walk (targetWalk; pick and passive health in targets.go); the outgoing
-// head and the forwarding-field table (outhead.go, headers.go's writeForwarding); the
-// exchange with a target, its 1xx and replay rules (exchange.go over internal/upstream);
-// the mapping of failures to statuses and failure kinds, their counting and logging,
-// the fixed answers and the HTTPS redirect (errors.go); the accounting rules
-// (accounting.go: record, settle, attribute). Below it, two leaf packages:
-// internal/upstream (the target pools, the replay rule, the 1xx rule, their limits) and
-// internal/h1wire (the HTTP/1.1 parsers, the chunk scanner, the hop-by-hop list).
+// engine's in h2forward.go, h2bytes.go and h2tunnel.go; net/http's handler for
+// hand-offs and HTTP/3 in handler.go, httpforward.go, websocket.go and h3tunnel.go)
+// translate their wire into a pipe and call the one request pipeline (serve,
+// pipeline.go). Its decisions: what a request gets, one verdict (decide, below); the
+// target walk (targetWalk; pick and passive health in targets.go); the outgoing head and
+// the forwarding-field table (outhead.go, headers.go's appendForwarding); the exchange
+// with a target, its 1xx and replay rules (exchange.go over internal/upstream); the
+// mapping of failures to statuses and failure kinds, their counting and logging, the
+// fixed answers and the HTTPS redirect (errors.go); the accounting rules (accounting.go:
+// record, settle, attribute). Below it, two leaf packages: internal/upstream (the target
+// pools, the replay rule, the 1xx rule, their limits) and internal/h1wire (the HTTP/1.1
+// parsers, the chunk scanner, the hop-by-hop list).
 
 // verdictKind is what a request gets.
 type verdictKind uint8

@@ -6,22 +6,27 @@
 // (GetCertificate, NextProtos, HTTPChallenge; challenge.go): the acme package answers the
 // challenges on these listeners and serves the certificates it obtains.
 //
-// # One forwarding core, thin front-ends
+// # One request pipeline, thin front-ends
 //
-// Every request, whatever its protocol, gets one verdict ([Server.decide], core.go: a
-// fixed answer, the redirect to HTTPS, a tunnel or a forward). A forward walks the
-// route's targets (targetWalk, targets.go), writes its HTTP/1.1 head with the one
-// forwarding-field table ([appendHead], outhead.go), and goes through the one exchange
-// with a target ([Server.exchange], exchange.go, over the pools of internal/upstream:
-// dial, reuse probe, header timeout and size, the 1xx rule, the replay rule); a body is
-// first held up to Config.RequestBuffer before the target walk starts ([Server.holdBody],
-// bodybuf.go: one that ends within it is checked whole, and a malformed one reaches no
-// target), then goes to the target, the held bytes first and the rest as it comes
-// ([uploader], h2upload.go). A tunnel's handshake is
-// the same exchange with upgrade set (xconnect.go). The answer comes back through the one
-// relay ([relay.run], relay.go) into the front-end's answerSink, except on the HTTP/1.1
-// fast path, which relays the target's bytes as they came (h1forward.go). Failures map
-// to statuses in errors.go; accounting is accounting.go's.
+// Every request, whatever its protocol, is served by one function ([Server.serve],
+// pipeline.go): its front-end translates the wire into a pipe (the request's fields, its
+// body, an answer sink, a watch on the client, its protocol) and back, through the
+// frontEnd methods of its work area. The pipeline takes one verdict ([Server.decide],
+// core.go: a fixed answer, the redirect to HTTPS, a tunnel or a forward). A forward has
+// its HTTP/1.1 head written with the one forwarding-field table ([appendHead],
+// outhead.go), a body held up to Config.RequestBuffer before the target walk starts
+// ([Server.holdBody], bodybuf.go: one that ends within it is checked whole, and a
+// malformed one reaches no target), the one replay rule ([mayResend]), then walks the
+// route's targets ([Server.try]: targetWalk, targets.go) through the one exchange with a
+// target ([Server.exchange], exchange.go, over the pools of internal/upstream: dial,
+// reuse probe, header timeout and size, the 1xx rule, the replay rule on a new
+// connection); the body goes to the target, the held bytes first and the rest as it
+// comes ([uploader], h2upload.go). A tunnel's handshake is the same walk with upgrade
+// set ([Server.openTunnel]). The answer comes back through the one relay ([relay.run],
+// relay.go) into the front-end's answerSink, except on the HTTP/1.1 fast path, which
+// relays the target's bytes as they came (h1forward.go). Then the statistics
+// ([Server.record]) and the access-log line, once. Failures map to statuses in
+// errors.go; accounting is accounting.go's.
 //
 // # Hot paths
 //
@@ -29,29 +34,29 @@
 // connection reads requests into its own buffer and parses them in place (internal/h1wire);
 // a plain connection does so inside one syscall.RawConn.Read ([h1Conn.loopRaw], h1raw.go),
 // so that it waits for the next request without a read that finds nothing;
-// [h1Conn.serveRequest] (h1forward.go) takes the verdict, writes the request to a pooled
-// target connection in one write and waits for the answer before reading
-// (upstream.Conn.WriteRead), parses it in place and relays it, head and first body bytes
-// in one write, then a few atomic adds into the route's stats.Host and the Totals. No
-// header maps, no goroutine hand-off, no allocation per request (TestH1HotPathAllocs).
+// [h1Conn.serveRequest] (h1forward.go) hands it to the pipeline, which writes the request
+// to a pooled target connection in one write and waits for the answer before reading
+// (upstream.Conn.WriteRead); the fast path's byte relay parses it in place and relays
+// it, head and first body bytes in one write, then a few atomic adds into the route's
+// stats.Host and the Totals. No header maps, no goroutine hand-off, no allocation per
+// request (TestH1HotPathAllocs).
 //
 // HTTP/2 (h2 by ALPN, prior-knowledge h2c) is served by the own engine
 // (proxy/internal/h2) on the same connection goroutine, from [h1Conn.serveH2]
 // (h2serve.go); each stream's hot path starts at [h2Front.ServeH2] (h2forward.go), which
-// translates it into the verdict and, for a forward, [h2Req.forwardBytes] (h2bytes.go):
-// the head written by appendHead, the shared exchange, the answer relayed as DATA by
-// relay.run into the stream (h2Sink). An extended CONNECT becomes a WebSocket tunnel
-// (h2tunnel.go).
+// hands it to the pipeline: the head written by appendHead ([streamWork.forwardHead],
+// h2bytes.go), the shared walk and exchange, the answer relayed as DATA by relay.run
+// into the stream (h2Sink). An extended CONNECT becomes a WebSocket tunnel (h2tunnel.go).
 //
 // Everything the fast HTTP/1.1 path does not handle (HTTP/1.0, upgrades, Expect, chunked
 // or large request bodies, anything its strict parser refuses) is handed, connection and
 // already-read bytes together, to net/http, which calls [handler.ServeHTTP] (handler.go)
-// per request; HTTP/3 (quic-go) uses the same handler. It takes the same verdict and
-// forwards through the same head, exchange and relay ([Server.forward], forward.go), the
-// response writer as the answerSink (httpSink). It learns what it needs about the client
-// connection from the *clientConn that ConnContext puts into the request context and
-// falls back to the request itself when there is none. net/http's HTTP/2 server is no
-// front-end of the ingress: the package's differential tests use it as their oracle.
+// per request; HTTP/3 (quic-go) uses the same handler. It hands the request to the same
+// pipeline ([httpWork.forwardHead], httpforward.go), the response writer as the
+// answerSink (httpSink). It learns what it needs about the client connection from the
+// *clientConn that ConnContext puts into the request context and falls back to the
+// request itself when there is none. net/http's HTTP/2 server is no front-end of the
+// ingress: the package's differential tests use it as their oracle.
 //
 // Idle connections belong to the parker (h1idle.go, h1idle_linux.go): one epoll goroutine
 // per server holds every HTTP/1.1 and HTTP/2 connection that waited for its client long

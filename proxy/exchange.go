@@ -15,11 +15,10 @@ import (
 	"github.com/serve-zone/ingress/routetable"
 )
 
-// The byte-level exchange with a target, shared by the HTTP/1.1 fast path
-// (h1forward.go) and the own HTTP/2 server (h2bytes.go): the front-end writes the
-// outgoing request into upWork.wb, Server.exchange sends it over a pooled or new
-// connection and reads the response head into upWork.up, parsed by h1wire. No
-// http.Request or http.Response is made.
+// The byte-level exchange with a target, for every request (the pipeline's walk, try):
+// the front-end writes the outgoing request into upWork.wb, Server.exchange sends it
+// over a pooled or new connection and reads the response head into upWork.up, parsed by
+// h1wire. No http.Request or http.Response is made.
 
 // copyBufSize is the size of the pooled buffers that bodies and tunnels are copied with.
 const copyBufSize = 32 << 10
@@ -148,7 +147,8 @@ func (s *Server) exchange(w *upWork, a attempt) (*upstream.Conn, error) {
 }
 
 // headerTimeout is how long route's targets may take to start their answer, counted from
-// the end of the request.
+// the end of the request: the pools' for every route today (route is where a route of
+// its own would be read).
 func (s *Server) headerTimeout(route *routetable.Entry) time.Duration {
 	return s.up.HeaderTimeout
 }

@@ -314,7 +314,7 @@ var diffConnNames = []string{"Content-Length", "Transfer-Encoding", "Host", "X-F
 const (
 	ccLower    uint8 = 1 << 5
 	ccUpper    uint8 = 2 << 5
-	ccMixed    uint8 = 3 << 5 // aLtErNaTiNg
+	ccMixed    uint8 = 3 << 5 // "aLtErNaTiNg"
 	ccOwnField uint8 = 1 << 7
 )
 
@@ -1114,8 +1114,8 @@ func normalized(fast, std diffObs) (nf, ns diffObs) {
 }
 
 // check sends reqs to both sides and fails t on any difference not in diffAccepted.
-// (A race of the net/http path this test found, a truncated answer to an upload over
-// upMaxBody, is fixed at its cause: TestTrackedBodyEndsAtContentLength.)
+// (A race of the net/http path this test found, a truncated answer to an upload larger
+// than the fast path's buffer, is fixed at its cause: TestTrackedBodyEndsAtContentLength.)
 func (p *diffPair) check(t *testing.T, reqs []diffReq) {
 	t.Helper()
 	id := strconv.FormatInt(diffSeq.Add(1), 10)
@@ -1301,7 +1301,7 @@ var diffSeeds = []struct {
 	//  - h1Conn.answer writes its fixed body after the head even for HEAD (net/http
 	//    suppresses it): the stray "404 Not Found\n" corrupts the next response on the
 	//    connection. Every fixed answer (404, 502, 503, 504) to a HEAD does it.
-	//  - parseResponse refuses a response with more than h1MaxFields (100) fields: the
+	//  - h1wire.ParseResponse refuses a response with more than h1wire.MaxFields (100) fields: the
 	//    client gets 502 where net/http relays the target's answer.
 	//  - relay forwards a repeated identical Content-Length as it came: Go's client
 	//    merges the fields, others (Node.js's llhttp) refuse any repeated Content-Length;

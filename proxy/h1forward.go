@@ -2,158 +2,171 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
-	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
+	"golang.org/x/net/http2/hpack"
 )
 
-// serveRequest answers the request whose head is rbuf[r:r+headLen] (its body, if any,
-// follows it in rbuf) and does its accounting. It reports whether the connection stays
-// open.
+// serveRequest serves the request whose head is rbuf[r:r+headLen] (its body, if any,
+// follows it in rbuf) through the pipeline (serve). It reports whether the connection
+// stays open.
 func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
-	s := c.s
 	req := &w.req
 	c.now = time.Now()
 	c.pace.Note(c.now)
 	c.served++
 	consumed := headLen + int(req.ContentLength)
-	body := c.rbuf[c.r+headLen : c.r+consumed]
 	c.closing = req.ConnClose
-	s.totals.InFlight(1)
-
-	var (
-		e      *routetable.Entry
-		status int
-		abort  bool
-	)
-	c.backend, c.err = nil, nil
-	host := unsafe.String(unsafe.SliceData(req.Host), len(req.Host))
-	v := s.decide(&request{host: host, secure: c.secure, cc: c.cc}) // upgrades and CONNECT were handed off
-	defer v.done()
-	e = v.entry
-	switch v.kind {
-	case answerFixed:
-		status = c.answer(w, v.o)
-	case answerRedirect:
-		status = c.redirect(w)
-	default:
-		status, abort = c.forward(w, e, body)
-	}
-
-	// Accounting: exactly this request's bytes in, and what was written for it.
-	in := int64(consumed)
-	out := c.cc.settle(in, e)
-	s.record(e, stats.ProtoHTTP1, status, in, out)
-	s.totals.InFlight(-1)
-	if s.accessLog != nil {
-		c.logAccess(req, e, status, in, out)
-	}
+	p := w.begin(c, consumed) // upgrades and CONNECT were handed off
+	w.body = c.rbuf[c.r+headLen : c.r+consumed]
+	c.s.serve(p)
 	c.r += consumed
-	return !c.closing && !abort
+	return !c.closing && !p.abort
 }
 
-// answer writes o's fixed response (fixedAnswers) and returns its status.
-func (c *h1Conn) answer(w *h1Work, o outcome) int {
-	fa := fixedAnswers[o]
+// begin prepares w's pipe for the request in w.req, consumed bytes of the buffer.
+func (w *h1Work) begin(c *h1Conn, consumed int) *pipe {
+	req := &w.req
+	p := &w.p
+	p.begin(c.s, w, w, &w.upWork)
+	w.c, w.consumed, w.body = c, consumed, nil
+	p.host, p.secure, p.cc = unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), c.secure, c.cc
+	p.method = unsafe.String(unsafe.SliceData(req.Method()), len(req.Method()))
+	p.target = unsafe.String(unsafe.SliceData(req.Target()), len(req.Target()))
+	p.proto, p.head, p.altSvc = stats.ProtoHTTP1, p.method == http.MethodHead, c.altSvc
+	p.ip, p.trusted, p.start = c.ip, c.trusted, c.now
+	return p
+}
+
+// The fast path as the pipeline's frontEnd and answerSink: h1Work's methods below.
+
+func (w *h1Work) clientGone() bool { return w.c.clientGone() }
+func (w *h1Work) challenge() bool  { return false } // HTTP-01 requests go to net/http (h1serve.go)
+
+// outgoing writes the outgoing request into wb: its head (the body's length from the
+// body forwarded), then the body, which is whole in the read buffer.
+func (w *h1Work) outgoing() (*uploader, error) {
+	req, h := &w.req, &w.p.oh
+	h.target = w.p.target
+	h.body, h.length, h.zeroLength = len(w.body) > 0, int64(len(w.body)), req.HasCL
+	h.te = req.TETrailers
+	writeHead(&w.p, h1Fields{req})
+	w.wb = append(w.wb, w.body...)
+	return nil, nil
+}
+
+// fail answers o; to a client that went away, nothing (the connection closes).
+func (w *h1Work) fail(o outcome) {
+	p := &w.p
+	if o == outcomeClientGone {
+		p.status, p.abort = 0, true
+		return
+	}
+	p.s.writeFixed(w, &p.exchangeRecord, o, p.head, p.altSvc)
+}
+
+func (w *h1Work) relay(uc *upstream.Conn) { w.p.status, w.p.abort = w.relayBytes(uc) }
+
+func (w *h1Work) switchTunnel(_ http.Header, bc net.Conn) tunnelClient {
+	bc.Close() // never asked: upgrades leave the fast path for net/http
+	return nil
+}
+
+// account: exactly this request's bytes in, and what was written for it.
+func (w *h1Work) account() {
+	p := &w.p
+	p.in = int64(w.consumed)
+	p.out = w.c.cc.settle(p.in, p.entry)
+}
+
+// access copies the request's fields: they are the connection's buffer, which the next
+// request overwrites, and the log may keep them past the call.
+func (w *h1Work) access() accessRecord {
+	req := &w.req
+	path, query, _ := bytes.Cut(req.Target(), []byte{'?'})
+	return accessRecord{host: string(req.Host), method: string(req.Method()), path: string(path),
+		query: string(query), client: w.c.cc.RemoteAddr().String()}
+}
+
+// head writes an answer made here (writeFixed, writeRedirect) in one write: the status
+// line, the fields in canonical case, Connection: close when the connection closes after
+// it (appendClose), and the body.
+func (w *h1Work) head(status int, fields []hpack.HeaderField, body []byte, _ bool) error {
 	b := append(w.wb[:0], "HTTP/1.1 "...)
-	b = strconv.AppendInt(b, int64(fa.code), 10)
+	b = strconv.AppendInt(b, int64(status), 10)
 	b = append(b, ' ')
-	b = append(b, http.StatusText(fa.code)...)
+	b = append(b, http.StatusText(status)...)
 	b = append(b, "\r\n"...)
-	for _, f := range fa.fields {
-		b = append(b, f.name...)
+	for _, f := range fields {
+		b = append(b, canonicalName(f.Name)...)
 		b = append(b, ": "...)
-		b = append(b, f.val[0]...)
+		b = append(b, f.Value...)
 		b = append(b, "\r\n"...)
 	}
-	b = c.appendCommon(b, false)
+	b = w.c.appendClose(b)
 	b = append(b, "\r\n"...)
-	if string(w.req.Method()) != "HEAD" {
-		b = append(b, fa.body...)
+	b = append(b, body...)
+	w.wb = b
+	_, err := w.c.send(b)
+	return err
+}
+
+func (w *h1Work) data(b []byte) error {
+	_, err := w.c.send(b)
+	return err
+}
+
+func (w *h1Work) end([]hpack.HeaderField) error { return nil }
+func (w *h1Work) cut()                          { w.p.abort = true }
+func (w *h1Work) context() context.Context      { return context.Background() }
+
+func (w *h1Work) fields(n int) []hpack.HeaderField {
+	if cap(w.list) < n {
+		w.list = make([]hpack.HeaderField, 0, n)
 	}
-	w.wb = b
-	_, _ = c.send(b)
-	return fa.code
+	return w.list[:0]
 }
 
-// redirect answers 308 to HTTPS (appendLocation).
-func (c *h1Conn) redirect(w *h1Work) int {
-	b := append(w.wb[:0], "HTTP/1.1 308 Permanent Redirect\r\nLocation: "...)
-	b = appendLocation(b, w.req.Host, c.s.httpsPort, w.req.Target())
-	b = append(b, "\r\nContent-Length: 0\r\n"...)
-	b = c.appendCommon(b, false)
-	b = append(b, "\r\n"...)
-	w.wb = b
-	_, _ = c.send(b)
-	return http.StatusPermanentRedirect
-}
-
-// appendCommon adds what every response on this connection carries: Date (unless the
-// target sent one), Alt-Svc when HTTP/3 is announced, Connection: close when the client
-// asked for it or a shutdown began (checked here, as late as possible: a drain that
-// starts while the target works still closes the connection politely).
+// appendCommon adds what the fast path's relayed answers carry besides the target's
+// fields: Date (unless the target sent one) and Alt-Svc by commonValues, then
+// appendClose's.
 func (c *h1Conn) appendCommon(b []byte, hasDate bool) []byte {
+	date, altSvc := c.s.commonValues(c.now, hasDate, c.altSvc)
+	if date != "" {
+		b = append(b, "Date: "...)
+		b = append(b, date...)
+		b = append(b, "\r\n"...)
+	}
+	if altSvc != "" {
+		b = append(b, "Alt-Svc: "...)
+		b = append(b, altSvc...)
+		b = append(b, "\r\n"...)
+	}
+	return c.appendClose(b)
+}
+
+// appendClose adds Connection: close when the client asked for it or a shutdown began
+// (checked here, as late as possible: a drain that starts while the target works still
+// closes the connection politely).
+func (c *h1Conn) appendClose(b []byte) []byte {
 	if !c.closing && c.s.draining.Load() {
 		c.closing = true
-	}
-	if !hasDate {
-		b = append(b, "Date: "...)
-		b = appendDate(b, c.now)
-		b = append(b, "\r\n"...)
-	}
-	if c.altSvc {
-		b = append(b, "Alt-Svc: "...)
-		b = append(b, c.s.h3.altSvc[0]...)
-		b = append(b, "\r\n"...)
 	}
 	if c.closing {
 		b = append(b, "Connection: close\r\n"...)
 	}
 	return b
-}
-
-// forward sends the request to one of the route's targets and relays the answer. A
-// connect failure marks the target down and tries another one (the body is in memory,
-// nothing was sent); nothing else is retried. abort means the response was broken off
-// and the connection must close.
-func (c *h1Conn) forward(w *h1Work, e *routetable.Entry, body []byte) (status int, abort bool) {
-	s := c.s
-	c.buildRequest(w, body)
-	walk := newWalk(s, e)
-	for {
-		b := walk.next()
-		if b == nil {
-			return c.answer(w, walk.last), false
-		}
-		c.backend = b
-		uc, err := c.exchange(w, e, b.Addr)
-		if err == nil {
-			walk.took()
-			status, abort = c.relay(w, uc, e)
-			walk.done()
-			return status, abort
-		}
-		c.err = err
-		o := classifyUpstream(err)
-		if walk.missed(o, err, true) { // the body is in memory: nothing was consumed
-			continue
-		}
-		if o == outcomeClientGone {
-			return 0, true
-		}
-		return c.answer(w, o), false
-	}
 }
 
 // h1ClientWatch is how often a client is checked while its target thinks.
@@ -182,47 +195,9 @@ func (c *h1Conn) rawConn() syscall.RawConn {
 	return c.raw
 }
 
-// buildRequest writes the outgoing request into w.wb: its head (appendHead, the body's
-// length from the body forwarded), then the body.
-func (c *h1Conn) buildRequest(w *h1Work, body []byte) {
-	req := &w.req
-	h := outHead{
-		method: unsafe.String(unsafe.SliceData(req.Method()), len(req.Method())),
-		target: unsafe.String(unsafe.SliceData(req.Target()), len(req.Target())),
-		host:   unsafe.String(unsafe.SliceData(req.Host), len(req.Host)),
-		body:   len(body) > 0, length: int64(len(body)), zeroLength: req.HasCL,
-		te:  req.TETrailers,
-		fwd: forwardedFor{clientIP: c.ip, host: unsafe.String(unsafe.SliceData(req.Host), len(req.Host)), https: c.secure, trusted: c.trusted},
-	}
-	b, _ := appendHead(w.wb[:0], h1Fields{req}, &h)
-	w.wb = append(b, body...)
-}
-
-// exchange sends w.wb to addr (Server.exchange, exchange.go) and reads the response
-// head into w.up.
-func (c *h1Conn) exchange(w *h1Work, e *routetable.Entry, addr string) (*upstream.Conn, error) {
-	// The body is in memory: nothing was taken from the client that a new connection
-	// could not send again.
-	return c.s.exchange(&w.upWork, attempt{route: e, addr: addr, watch: c, replayable: replayable(&w.req)})
-}
-
 // clientGone reports a client that closed or reset its connection while its target
 // thinks (we read nothing from the client meanwhile, unlike net/http's background read).
 func (c *h1Conn) clientGone() bool { return peerHungUp(c.rawConn()) }
-
-// replayable applies upstream.Replayable to req. Its body, if any, is in the read
-// buffer, whole: it is sent again from there, as a body held whole on the other paths
-// (holdBody), so only the method and an idempotency key decide.
-func replayable(req *h1wire.Request) bool {
-	keyed := false
-	for i := range req.Fields {
-		if upstream.IdempotencyKey(req.Fields[i].Name(req.Head)) {
-			keyed = true
-			break
-		}
-	}
-	return upstream.Replayable(string(req.Method()), false, keyed)
-}
 
 // responseFraming is how res's body is delimited (the answer to a HEAD request has
 // none) and whether its framing lets the target connection be kept after it.
@@ -255,11 +230,13 @@ const (
 	frameClose          // until the target closes: re-framed as chunked for the client
 )
 
-// relay writes the target's response to the client and copies its body, then hands uc
-// back to its pool when the exchange ended cleanly.
-func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (status int, abort bool) {
-	res := &w.res
-	frame, keepUp := responseFraming(res, string(w.req.Method()) == "HEAD")
+// relayBytes is the fast path's relay: it writes the target's response to the client
+// with its fields as they came and copies its body, chunks included, then hands uc back
+// to its pool when the exchange ended cleanly. abort means the response was broken off
+// and the connection must close.
+func (w *h1Work) relayBytes(uc *upstream.Conn) (status int, abort bool) {
+	c, p, res := w.c, &w.p, &w.res
+	frame, keepUp := responseFraming(res, p.head)
 
 	// The head.
 	head := res.Head
@@ -306,10 +283,11 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 		if err != nil {
 			// Nothing reached the client yet: it gets a 502 instead of a broken body.
 			uc.Close()
-			c.err = err
-			c.s.failed(outcomeRequest, e, c.backend, err)
+			p.err = err
+			c.s.failed(outcomeRequest, p.entry, p.backend, err)
 			c.closing = true // the target's connection state is unknown; so is ours to it
-			return c.answer(w, outcomeRequest), true
+			c.s.writeFixed(w, &p.exchangeRecord, outcomeRequest, p.head, p.altSvc)
+			return p.status, true
 		}
 		keepUp = keepUp && ab.clean
 	case frameClose:
@@ -337,14 +315,14 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 		// connection or another) finds it there.
 		c.s.up.Put(uc, keepUp, c.s.up.now())
 		if _, err := c.send(out); err != nil {
-			c.err = err
+			p.err = err
 			return 0, true // the client left or stalled: recorded as 499
 		}
 		return status, false
 	}
 	if _, err := c.send(out); err != nil {
 		uc.Close()
-		c.err = err
+		p.err = err
 		return 0, true // the client left or stalled: recorded as 499
 	}
 
@@ -355,7 +333,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 		if nr > 0 {
 			chunk, done, err := ab.take(buf[:nr])
 			if err != nil {
-				return c.brokenBody(uc, e, status, err)
+				return w.brokenBody(uc, status, err)
 			}
 			if frame == frameClose {
 				w.wb = appendChunk(w.wb[:0], chunk)
@@ -368,7 +346,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 				if !done {
 					uc.Close()
 				}
-				c.err = err
+				p.err = err
 				return 0, true // the client left or stalled: recorded as 499
 			}
 			if done {
@@ -383,7 +361,7 @@ func (c *h1Conn) relay(w *h1Work, uc *upstream.Conn, e *routetable.Entry) (statu
 				}
 				return status, false
 			}
-			return c.brokenBody(uc, e, status, rerr)
+			return w.brokenBody(uc, status, rerr)
 		}
 	}
 }
@@ -395,10 +373,11 @@ var (
 
 // brokenBody ends a response whose body the target broke off: a request failure, and
 // the client's connection closes so that it never takes the truncated body for whole.
-func (c *h1Conn) brokenBody(uc *upstream.Conn, e *routetable.Entry, status int, err error) (int, bool) {
+func (w *h1Work) brokenBody(uc *upstream.Conn, status int, err error) (int, bool) {
+	p := &w.p
 	uc.Close()
-	c.err = err
-	c.s.failed(outcomeRequest, e, c.backend, err)
+	p.err = err
+	p.s.failed(outcomeRequest, p.entry, p.backend, err)
 	return status, true
 }
 
@@ -421,36 +400,4 @@ func appendChunk(b, data []byte) []byte {
 	b = append(b, "\r\n"...)
 	b = append(b, data...)
 	return append(b, "\r\n"...)
-}
-
-// logAccess writes the request's access-log line. The strings are copies: the bytes are
-// the connection's buffer, which the next request overwrites, and a core may keep fields
-// past the call.
-func (c *h1Conn) logAccess(req *h1wire.Request, e *routetable.Entry, status int, in, out int64) {
-	host := string(req.Host)
-	if e != nil {
-		host = e.Hostname
-	}
-	path, query, _ := bytes.Cut(req.Target(), []byte{'?'})
-	c.s.logAccess(&accessRecord{host: host, method: string(req.Method()), path: string(path), query: string(query),
-		status: status, in: in, out: out, start: c.now, client: c.cc.RemoteAddr().String(),
-		backend: c.backend, proto: stats.ProtoHTTP1, err: c.err})
-}
-
-// The Date header value, formatted once per second.
-type dateValue struct {
-	sec int64
-	b   []byte
-}
-
-var dateCache atomic.Pointer[dateValue]
-
-func appendDate(b []byte, now time.Time) []byte {
-	sec := now.Unix()
-	if d := dateCache.Load(); d != nil && d.sec == sec {
-		return append(b, d.b...)
-	}
-	d := &dateValue{sec: sec, b: now.UTC().AppendFormat(nil, http.TimeFormat)}
-	dateCache.Store(d)
-	return append(b, d.b...)
 }

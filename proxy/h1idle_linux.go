@@ -34,7 +34,7 @@ const canPark = true
 //
 // Invariant (all under mu): a connection is in state h1Parked if and only if it is in
 // byFd at its descriptor and registered in the epoll set with its current park number
-// (parkSeq) in the event's data. Leaving h1Parked (claim) removes both in the same
+// (parkRec.seq) in the event's data. Leaving h1Parked (claim) removes both in the same
 // critical section, before the claimer does anything else with the connection; only the
 // claimer may then close it. Hence:
 //   - EPOLL_CTL_DEL always precedes the close, so a descriptor number reused by a new

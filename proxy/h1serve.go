@@ -15,9 +15,9 @@ import (
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
 	"github.com/serve-zone/ingress/proxy/internal/park"
-	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
+	"golang.org/x/net/http2/hpack"
 )
 
 // The fast HTTP/1.1 path.
@@ -106,19 +106,17 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
-	parkable bool                // on TCP (plain or TLS), and the server has a parker (h1idle.go)
-	parking  bool                // run returned to park the idle connection
-	pk       *parker             // the server's parker, when parkable (or an HTTP/2 one may park)
-	pr       parkRec             // the parker's record (h1idle.go)
-	h2c      *h2.Conn            // the HTTP/2 engine's connection, once it serves one (h2serve.go)
-	h2Parked bool                // the engine returned parked: finish hands it to the parker
-	asleep   *h1Sleeper          // what c became in state h1Asleep (h1sleep_linux.go), for End
-	tlsMark  int64               // TLS: record bytes taken from the socket when the idle wait began
-	started  time.Time           // accepted at
-	now      time.Time           // read once per request
-	closing  bool                // the current response says Connection: close; then the conn closes
-	backend  *routetable.Backend // the current request's target (the one tried last)
-	err      error               // why the current request failed, for the access log
+	parkable bool       // on TCP (plain or TLS), and the server has a parker (h1idle.go)
+	parking  bool       // run returned to park the idle connection
+	pk       *parker    // the server's parker, when parkable (or an HTTP/2 one may park)
+	pr       parkRec    // the parker's record (h1idle.go)
+	h2c      *h2.Conn   // the HTTP/2 engine's connection, once it serves one (h2serve.go)
+	h2Parked bool       // the engine returned parked: finish hands it to the parker
+	asleep   *h1Sleeper // what c became in state h1Asleep (h1sleep_linux.go), for End
+	tlsMark  int64      // TLS: record bytes taken from the socket when the idle wait began
+	started  time.Time  // accepted at
+	now      time.Time  // read once per request
+	closing  bool       // the current response says Connection: close; then the conn closes
 
 	// headerDeadline: the head readHead waits for has its ReadHeaderTimeout set.
 	headerDeadline bool
@@ -137,11 +135,17 @@ type h1Conn struct {
 }
 
 // h1Work is what one request needs beyond the connection: parsed heads, the outgoing
-// buffer and the upstream read buffer. It is pooled, so idle connections hold none.
+// buffer and the upstream read buffer, and its way through the pipeline (h1forward.go).
+// It is pooled, so idle connections hold none.
 type h1Work struct {
 	upWork
 	req       h1wire.Request
 	reqFields [h1wire.MaxFields]h1wire.Field
+	p         pipe
+	c         *h1Conn
+	body      []byte              // the request's body, in the read buffer
+	consumed  int                 // bytes of the read buffer that are the request's
+	list      []hpack.HeaderField // the fields of an answer made here, reused
 }
 
 var h1Works = sync.Pool{New: func() any {
@@ -154,6 +158,8 @@ func getWork() *h1Work { return h1Works.Get().(*h1Work) }
 
 func putWork(w *h1Work) {
 	w.req = h1wire.Request{}
+	w.p, w.c, w.body = pipe{}, nil, nil
+	clear(w.list[:cap(w.list)])
 	w.reset()
 	h1Works.Put(w)
 }
@@ -599,17 +605,11 @@ func (c *h1Conn) refuse(w *h1Work, o outcome, err error) {
 	}
 	c.now = time.Now()
 	c.closing = true
-	c.backend, c.err = nil, err
-	s.totals.InFlight(1)
-	status := c.answer(w, o)
+	p := w.begin(c, c.w-c.r)
+	p.refuse(o)
+	p.err = err
+	s.serve(p)
 	cc := c.cc
-	in := int64(c.w - c.r)
-	out := cc.settle(in, nil)
-	s.record(nil, stats.ProtoHTTP1, status, in, out)
-	s.totals.InFlight(-1)
-	if s.accessLog != nil {
-		c.logAccess(&w.req, nil, status, in, out)
-	}
 	c.r = c.w
 	_ = cc.CloseWrite()
 	_ = cc.SetReadDeadline(time.Now().Add(h1RefuseLinger))

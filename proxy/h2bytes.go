@@ -1,23 +1,16 @@
 package proxy
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
-	"sync"
 	"unsafe"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
-
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
-	"github.com/serve-zone/ingress/proxy/internal/h2"
-	"github.com/serve-zone/ingress/proxy/internal/upstream"
 )
 
 // The HTTP/2 forward: every stream's request goes to a target at the byte level, as the
-// HTTP/1.1 fast path's does: its head written by appendHead (buildRequest), sent by the
-// shared exchange (exchange.go), a body streamed as its DATA arrives (h2upload.go), the
+// HTTP/1.1 fast path's does: its head written by appendHead (forwardHead), sent by the
+// pipeline's walk (pipeline.go), a body streamed as its DATA arrives (h2upload.go), the
 // answer's head parsed by h1wire and relayed by relay.run into the stream (relay.go: a
 // chunked body de-chunked, its trailers sent as trailers).
 //
@@ -27,161 +20,60 @@ import (
 // that define content (as net/http's writer does); the answer gets a content-length from
 // the length the target's framing gave, nothing else.
 
-// h2Work is a stream's work area for the byte-level exchange.
-type h2Work struct {
+// listWork is the exchange's work area of a request whose fields come as a list (the
+// own HTTP/2 engine's, net/http's), inside its front-end's (streamWork, httpWork).
+type listWork struct {
 	upWork
 	lf     listFields
 	kinds  [32]uint8 // lf's kinds, for requests with up to 32 fields
 	target []byte    // the request-target, escaped as it goes
 	body   uploader  // the request body's, when it has one
-	h2b    h2Body    // the own engine's stream as body's source
-	// net/http's front-ends only (forward.go):
-	hf   []hpack.HeaderField // the request's header, flattened
-	tb   trackedBody
-	hb   httpBody
-	sink httpSink
 }
 
-// release puts w back in its pool, holding no request's header values.
-func (w *h2Work) release() {
+// release readies w for its front-end's pool, holding no request's header values.
+func (w *listWork) release() {
 	w.body.release()
-	w.h2b = h2Body{}
 	w.reset()
-	clear(w.hf)
-	w.hf = w.hf[:0]
-	h2Works.Put(w)
 }
 
-var h2Works = sync.Pool{New: func() any {
-	w := new(h2Work)
-	w.init()
-	return w
-}}
-
-// h2Watch is the stream as Server.exchange's clientWatch: the client went away when
-// the stream was reset or its connection ended.
-type h2Watch h2.Stream
-
-func (w *h2Watch) clientGone() bool { return (*h2.Stream)(w).Context().Err() != nil }
-
-// forwardBytes forwards the request and relays the answer. A connect failure marks the
-// target down and tries another target, as long as no body byte was taken from the
-// client; nothing else is retried.
-func (x *h2Req) forwardBytes() {
-	s := x.f.s
-	w := h2Works.Get().(*h2Work)
-	defer w.release()
-	up, err := x.buildRequest(w)
-	if err != nil {
-		x.err = err
-		x.answer(outcomeBadRequest)
-		return
+// outgoing writes the stream's request for its target: a WebSocket upgrade for an
+// extended CONNECT (tunnelHead), else the forward's head (forwardHead).
+func (x *streamWork) outgoing() (*uploader, error) {
+	if x.p.websocket {
+		return nil, x.tunnelHead()
 	}
-	x.up = up
-	if up != nil {
-		w.h2b.pace(true)
-	}
-	o, failed := s.holdBody(up)
-	if up != nil {
-		w.h2b.pace(false)
-	}
-	if failed {
-		// The body failed before any target saw the request (bodybuf.go).
-		x.err = up.clientErr
-		x.fail(o)
-		return
-	}
-	replay := x.replayable(!up.rewindable())
-	walk := newWalk(s, x.entry)
-	for {
-		b := walk.next()
-		if b == nil {
-			x.answer(walk.last)
-			return
-		}
-		x.backend = b
-		uc, err := s.exchange(&w.upWork, attempt{route: x.entry, addr: b.Addr, watch: (*h2Watch)(x.st), replayable: replay, up: up})
-		if err == nil {
-			walk.took()
-			x.err = nil
-			x.relayBytes(w, uc)
-			up.end(uc) // an upload the answer did not wait for ends with it
-			walk.done()
-			return
-		}
-		x.err = err
-		o, client := up.outcome()
-		if !client {
-			o = classifyUpstream(err)
-		}
-		if walk.missed(o, err, !up.taken()) {
-			continue
-		}
-		x.fail(o)
-		return
-	}
-}
-
-// fail answers o to a request that failed without an answer from its target:
-// nothing when the client went away (the stream is reset, if it was not already), nor
-// to a body the engine found malformed (it reset the stream with PROTOCOL_ERROR, RFC
-// 9113 §8.1.1): that one is recorded as the 400 it would have got.
-func (x *h2Req) fail(o outcome) {
-	switch {
-	case o == outcomeClientGone:
-		x.st.Reset(http2.ErrCodeCancel)
-	case x.up != nil && errors.Is(x.up.clientErr, h2.ErrMalformedBody):
-		x.status = o.status()
-	default:
-		x.answer(o)
-	}
-}
-
-// replayable applies upstream.Replayable to the request.
-func (x *h2Req) replayable(streamed bool) bool {
-	keyed := false
-	for i := range x.rq.Fields {
-		if upstream.IdempotencyKey(x.rq.Fields[i].Name) {
-			keyed = true
-			break
-		}
-	}
-	return upstream.Replayable(x.rq.Method, streamed, keyed)
+	return x.forwardHead()
 }
 
 // nameBytes is a field name as bytes, without copying (never written to).
 func nameBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
-// buildRequest writes the outgoing HTTP/1.1 request head into w.wb (appendHead): Host
+// forwardHead writes the outgoing HTTP/1.1 request head into wb (writeHead): Host
 // from :authority, the body framed as it will be sent (Content-Length when the client
 // stated one and announced no trailers, chunked otherwise; "Content-Length: 0" on a
 // method that defines content and has none, RFC 9110 §8.6, as net/http's writer does). A
-// request with a body gets an uploader (w.body) to send it.
-func (x *h2Req) buildRequest(w *h2Work) (*uploader, error) {
-	rq, f := x.rq, x.f
-	target, err := appendTarget(w.target[:0], rq.Path)
+// request with a body gets an uploader (x.body) to send it.
+func (x *streamWork) forwardHead() (*uploader, error) {
+	rq, h := x.rq, &x.p.oh
+	target, err := appendTarget(x.target[:0], rq.Path)
 	if err != nil {
 		return nil, err
 	}
-	w.target = target
+	x.target = target
 	var up *uploader
 	if !rq.NoBody && rq.ContentLength != 0 {
-		up = &w.body
-		w.h2b = h2Body{st: x.st, timeout: x.f.s.cfg.ClientBodyTimeout}
-		*up = uploader{src: &w.h2b, length: rq.ContentLength}
+		up = &x.body
+		x.h2b = h2Body{st: x.st, timeout: x.p.s.cfg.ClientBodyTimeout}
+		*up = uploader{src: &x.h2b, length: rq.ContentLength}
 	}
-	w.lf.fields = rq.Fields
-	w.lf.classify(w.kinds[:])
-	h := outHead{
-		method: rq.Method, target: unsafe.String(unsafe.SliceData(target), len(target)), host: rq.Authority,
-		body: up != nil, length: rq.ContentLength, trailers: up != nil,
-		zeroLength: up == nil && (rq.Method == http.MethodPost || rq.Method == http.MethodPut || rq.Method == http.MethodPatch),
-		te:         w.lf.hasKind(h1wire.KindTE), // the engine admits "trailers" only
-		fwd:        forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted},
-	}
-	b, plan := appendHead(w.wb[:0], &w.lf, &h)
-	w.wb = b
-	w.lf = listFields{}
+	x.lf.fields = rq.Fields
+	x.lf.classify(x.kinds[:])
+	h.target = unsafe.String(unsafe.SliceData(target), len(target))
+	h.body, h.length, h.trailers = up != nil, rq.ContentLength, up != nil
+	h.zeroLength = up == nil && (rq.Method == http.MethodPost || rq.Method == http.MethodPut || rq.Method == http.MethodPatch)
+	h.te = x.lf.hasKind(h1wire.KindTE) // the engine admits "trailers" only
+	plan := writeHead(&x.p, &x.lf)
+	x.lf = listFields{}
 	if up != nil {
 		up.chunked, up.expect = plan.chunked, plan.expect
 	}
@@ -299,38 +191,4 @@ func pathVerbatim(p string) bool {
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// relayBytes relays the target's answer (w.res, its body from uc) to the stream
-// (relay.go).
-func (x *h2Req) relayBytes(w *h2Work, uc *upstream.Conn) {
-	r := relay{s: x.f.s, sink: (*h2Sink)(x.st), rec: x.exchangeRecord, up: x.up, w: &w.upWork, uc: uc,
-		head: x.rq.Method == http.MethodHead, altSvc: x.f.altSvc}
-	r.run()
-	x.exchangeRecord = r.rec
-}
-
-func appendLower(b, s []byte) []byte {
-	for _, c := range s {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
-	}
-	return b
-}
-
-func eqFoldBytes(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
 }

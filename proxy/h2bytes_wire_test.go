@@ -359,7 +359,7 @@ func wireAccepted(in wireInput, std, own wireOutcome) (string, bool) {
 		if zero {
 			// content-length "0" and "00": one decimal value, which RFC 9110 §8.6 lets a
 			// recipient take; net/http's server compares the strings. The own server
-			// forwards no client Content-Length anyway (buildRequest writes its own).
+			// forwards no client Content-Length anyway (forwardHead writes its own).
 			return "content-length fields of one value spelt differently: net/http refuses", true
 		}
 	}
@@ -367,7 +367,7 @@ func wireAccepted(in wireInput, std, own wireOutcome) (string, bool) {
 		has("te", func(v string) bool { return v == "trailers" }) && !has("te", func(v string) bool { return v != "trailers" }) {
 		// te: trailers more than once: net/http's server requires exactly one te field
 		// and answers 400; RFC 9113 §8.2.2 only restricts its value, so the own server
-		// forwards the one "Te: trailers" it writes (buildRequest).
+		// forwards the one "Te: trailers" it writes (forwardHead).
 		return "te: trailers repeated: net/http refuses, the own server forwards one", true
 	}
 	if len(std.heads) == 1 && len(own.heads) == 1 && len(std.stray)+len(own.stray) == 0 {

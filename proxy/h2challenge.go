@@ -14,8 +14,8 @@ import (
 // plain connection, before routing, as the net/http path does (challenge.go). The hook
 // takes net/http's types: it gets a request built from the stream's head and a
 // ResponseWriter that buffers (cold path, a few requests per certificate).
-func (x *h2Req) challenge() bool {
-	s, rq := x.f.s, x.rq
+func (x *streamWork) challenge() bool {
+	s, rq := x.p.s, x.rq
 	if x.f.secure || s.cfg.HTTPChallenge == nil || !strings.HasPrefix(rq.Path, acmeChallengePrefix) {
 		return false
 	}
@@ -47,9 +47,9 @@ func (x *h2Req) challenge() bool {
 		}
 	}
 	fields = append(fields, hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(w.body.Len())})
-	fields = x.f.s.commonFields(fields, false, x.f.altSvc)
-	x.status = w.code
-	x.out += headBytes(fields) + int64(w.body.Len())
+	fields = s.commonFields(fields, false, x.p.altSvc)
+	x.p.status = w.code
+	x.p.out += headBytes(fields) + int64(w.body.Len())
 	_ = x.st.WriteHead(w.code, fields, w.body.Bytes(), true)
 	return true
 }

@@ -2,23 +2,23 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h2"
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/stats"
 )
 
-// h2Front translates the engine's streams into the forwarding core: the same lookup,
-// fixed answers, redirect, target walk, forwarding-field policy, hop-by-hop set,
-// accounting and access log as the other front-ends (core.go), with no
-// http.Request/ResponseWriter on the client side. The hot path starts at ServeH2, on
+// h2Front translates the engine's streams into the request pipeline (pipeline.go), with
+// no http.Request/ResponseWriter on the client side. The hot path starts at ServeH2, on
 // the stream's goroutine; requests go to targets at the byte level (h2bytes.go).
 type h2Front struct {
 	s       *Server
@@ -30,119 +30,102 @@ type h2Front struct {
 	remote  string
 }
 
-// h2Req is one stream's bookkeeping; it lives on the stream goroutine's stack.
-type h2Req struct {
-	f  *h2Front
-	st *h2.Stream
-	rq *h2.Request
-	exchangeRecord
-	start time.Time
-	// upgraded: a tunnel did the request's accounting itself.
-	upgraded bool
-	up       *uploader // the request body's, sent to the target as it comes (h2upload.go)
+// streamWork is one stream's work area: its way through the pipeline and its
+// byte-level exchange. It is pooled.
+type streamWork struct {
+	p pipe
+	listWork
+	f   *h2Front
+	st  *h2.Stream
+	rq  *h2.Request
+	h2b h2Body // the stream as the body's source
 }
 
-// ServeH2 answers one stream and does its accounting.
+var streamWorks = sync.Pool{New: func() any {
+	x := new(streamWork)
+	x.init()
+	return x
+}}
+
+// release puts x back in its pool, holding no request's header values.
+func (x *streamWork) release() {
+	x.listWork.release()
+	x.p, x.f, x.st, x.rq, x.h2b = pipe{}, nil, nil, nil, h2Body{}
+	streamWorks.Put(x)
+}
+
+// ServeH2 serves one stream through the pipeline (serve), after this wire's checks: 400
+// for what no request line may carry, 417 for an expectation other than 100-continue.
 func (f *h2Front) ServeH2(st *h2.Stream) {
 	s := f.s
-	x := h2Req{f: f, st: st, rq: st.Request()}
+	x := streamWorks.Get().(*streamWork)
+	defer x.release() // also when a handler panics (the engine resets the stream)
+	rq := st.Request()
+	x.f, x.st, x.rq = f, st, rq
+	p := &x.p
+	p.begin(s, x, (*h2Sink)(st), &x.upWork)
+	p.host, p.secure, p.cc = rq.Authority, f.secure, f.cc
+	p.method, p.target, p.proto = rq.Method, rq.Path, stats.ProtoHTTP2
+	p.head, p.altSvc, p.ip, p.trusted = rq.Method == http.MethodHead, f.altSvc, f.ip, f.trusted
+	p.websocket = rq.Method == http.MethodConnect && rq.Protocol == "websocket" // RFC 8441
+	p.connect = rq.Method == http.MethodConnect && !p.websocket
 	if s.accessLog != nil {
-		x.start = time.Now()
+		p.start = time.Now()
 	}
-	s.totals.InFlight(1)
-	x.route()
-	if !x.upgraded {
-		body, tr := st.BodyBytes()
-		x.in += x.rq.HeaderBytes + body + tr
-		s.record(x.entry, stats.ProtoHTTP2, x.status, x.in, x.out)
-	}
-	s.totals.InFlight(-1)
-	if s.accessLog != nil {
-		host := x.rq.Authority
-		if x.entry != nil {
-			host = x.entry.Hostname
-		}
-		path, query, _ := strings.Cut(x.rq.Path, "?")
-		s.logAccess(&accessRecord{host: host, method: x.rq.Method, path: path, query: query,
-			status: x.status, in: x.in, out: x.out, start: x.start, client: f.remote,
-			backend: x.backend, proto: stats.ProtoHTTP2, err: x.err})
-	}
-}
-
-// route: 400 for what no request line may carry and 417 for an expectation other than
-// 100-continue (this wire's checks), an ACME challenge, then the core's verdict
-// (decide).
-func (x *h2Req) route() {
-	s, f, rq := x.f.s, x.f, x.rq
 	_, query, _ := strings.Cut(rq.Path, "?")
-	// The path is forwarded re-escaped (outgoing), as net/http's server does; the query
-	// as it came, so it must not hold what would end the request line.
-	if !isToken(rq.Method) || breaksRequestLine(query) || rq.Authority == "" || !h1wire.ValidHostPort(rq.Authority) {
-		x.answer(outcomeBadRequest)
-		return
+	// The path is forwarded re-escaped (appendTarget), as net/http's server does; the
+	// query as it came, so it must not hold what would end the request line.
+	if rq.Authority == "" || !targetFits(rq.Method, query, rq.Authority) {
+		p.refuse(outcomeBadRequest)
+	} else if v, ok := rq.Get("expect"); ok && !ascii.EqualLower(v, "100-continue") {
+		p.refuse(outcomeExpectation) // before routing, as net/http's servers answer it
 	}
-	if v, ok := rq.Get("expect"); ok && !strings.EqualFold(v, "100-continue") {
-		x.answer(outcomeExpectation) // before routing, as net/http's servers answer it
-		return
-	}
-	if x.challenge() {
-		return // ACME HTTP-01, before routing and redirects (h2challenge.go)
-	}
-	ws := rq.Method == http.MethodConnect && rq.Protocol == "websocket" // RFC 8441
-	v := s.decide(&request{host: rq.Authority, secure: f.secure, websocket: ws,
-		connect: rq.Method == http.MethodConnect && !ws, cc: f.cc})
-	defer v.done() // also when a handler panics (the engine resets the stream)
-	x.entry = v.entry
-	switch v.kind {
-	case answerFixed:
-		if v.o == outcomeRequestBudget {
-			x.refuse() // REFUSED_STREAM: the client may retry it, no target saw it
-			return
-		}
-		x.answer(v.o)
-	case answerRedirect:
-		x.redirect()
-	case answerTunnel:
-		x.tunnel() // h2tunnel.go
+	s.serve(p)
+}
+
+// The stream as the pipeline's frontEnd: streamWork's methods below and in h2bytes.go,
+// h2tunnel.go and h2challenge.go.
+
+// clientGone: the stream was reset or its connection ended.
+func (x *streamWork) clientGone() bool { return x.st.Context().Err() != nil }
+
+// fail answers o: nothing when the client went away (the stream is reset, if it was
+// not already), REFUSED_STREAM when its address's budget of requests in flight is spent
+// (RFC 9113 §8.7: not processed, safe to retry; recorded as the 503 the other
+// front-ends answer), nothing either to a body the engine found malformed (it reset the
+// stream with PROTOCOL_ERROR, RFC 9113 §8.1.1: recorded as the 400 it would have got).
+func (x *streamWork) fail(o outcome) {
+	p := &x.p
+	switch {
+	case o == outcomeClientGone:
+		x.st.Reset(http2.ErrCodeCancel)
+	case o == outcomeRequestBudget:
+		x.st.Reset(http2.ErrCodeRefusedStream)
+		p.status = o.status()
+	case p.up != nil && errors.Is(p.up.clientErr, h2.ErrMalformedBody):
+		p.status = o.status()
 	default:
-		x.forwardBytes() // h2bytes.go
+		p.s.writeFixed(p.sink, &p.exchangeRecord, o, p.head, p.altSvc)
 	}
 }
 
-// refuse resets the stream with REFUSED_STREAM (RFC 9113 §8.7: not processed, safe to
-// retry): the client address's budget of requests in flight is spent. It is recorded as
-// the 503 the other front-ends answer.
-func (x *h2Req) refuse() {
-	x.st.Reset(http2.ErrCodeRefusedStream)
-	x.status = outcomeRequestBudget.status()
-}
+// relay relays the target's answer into the stream (relay.go).
+func (x *streamWork) relay(uc *upstream.Conn) { x.p.s.relayList(&x.p, uc) }
 
-// dateString is the Date value for now, made once per second.
-func dateString(now time.Time) string {
-	sec := now.Unix()
-	if d := dateStrings.Load(); d != nil && d.sec == sec {
-		return d.s
+// account: the decoded header fields, and the body's bytes but for a tunnel's (its
+// stream carries the tunnel, counted as it runs).
+func (x *streamWork) account() {
+	p := &x.p
+	p.in += x.rq.HeaderBytes
+	if !p.upgraded {
+		body, tr := x.st.BodyBytes()
+		p.in += body + tr
 	}
-	d := &dateStr{sec: sec, s: now.UTC().Format(http.TimeFormat)}
-	dateStrings.Store(d)
-	return d.s
 }
 
-type dateStr struct {
-	sec int64
-	s   string
-}
-
-var dateStrings atomic.Pointer[dateStr]
-
-// answer writes o's fixed response (writeFixed).
-func (x *h2Req) answer(o outcome) {
-	x.f.s.writeFixed((*h2Sink)(x.st), &x.exchangeRecord, o, x.rq.Method == http.MethodHead, x.f.altSvc)
-}
-
-// redirect answers 308 to HTTPS (writeRedirect).
-func (x *h2Req) redirect() {
-	x.f.s.writeRedirect((*h2Sink)(x.st), &x.exchangeRecord, x.rq.Authority, x.rq.Path, x.f.altSvc)
+func (x *streamWork) access() accessRecord {
+	path, query, _ := strings.Cut(x.rq.Path, "?")
+	return accessRecord{host: x.rq.Authority, method: x.rq.Method, path: path, query: query, client: x.f.remote}
 }
 
 // headBytes is a response head's decoded size: :status and the fields.
@@ -171,13 +154,6 @@ func (k *h2Sink) end(trailers []hpack.HeaderField) error { return k.st().Close(t
 func (k *h2Sink) cut()                                   { k.st().Reset(http2.ErrCodeInternal) }
 func (k *h2Sink) fields(n int) []hpack.HeaderField       { return k.st().HeadFields(n) }
 func (k *h2Sink) context() context.Context               { return k.st().Context() }
-
-// clientStopped records a response the client did not take (a tunnel's 200 it did not
-// get): 499, not a backend failure.
-func (x *h2Req) clientStopped(err error) {
-	x.status = outcomeClientStalled.status()
-	x.err = err
-}
 
 // lowerFieldName returns k (canonical) in lower case, without allocating for the
 // common names.

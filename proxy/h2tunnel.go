@@ -10,75 +10,54 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/serve-zone/ingress/proxy/internal/h2"
-	"github.com/serve-zone/ingress/stats"
 )
 
-// tunnel turns an extended CONNECT with :protocol websocket (RFC 8441) into an HTTP/1.1
-// WebSocket upgrade to a target (xconnect.go), answers 200 when the target switches
-// protocols, then copies the stream's DATA and the target connection's bytes both ways.
-func (x *h2Req) tunnel() {
-	s, st, rq, f := x.f.s, x.st, x.rq, x.f
+// An extended CONNECT with :protocol websocket (RFC 8441) becomes an HTTP/1.1 WebSocket
+// upgrade to a target (the pipeline's openTunnel); when the target switches protocols
+// the stream is answered 200 and carries the tunnel's bytes both ways (runTunnel).
+
+// tunnelHead writes the upgrade for the stream's extended CONNECT: 400 for a :path that
+// is no origin-form target (errTunnelTarget).
+func (x *streamWork) tunnelHead() error {
+	rq, h := x.rq, &x.p.oh
 	if !originForm(rq.Path) {
-		x.answer(outcomeBadRequest)
-		return
+		return errTunnelTarget
 	}
-	if !s.tunnels.acquire() {
-		x.answer(outcomeUnavailable)
-		return
-	}
-	defer s.tunnels.release()
-	w := h2Works.Get().(*h2Work)
-	defer w.release()
-	target, err := appendTarget(w.target[:0], rq.Path)
+	target, err := appendTarget(x.target[:0], rq.Path)
 	if err != nil {
-		x.err = err
-		x.answer(outcomeBadRequest)
-		return
+		return err
 	}
-	w.target = target
-	w.lf.fields = rq.Fields
-	w.lf.classify(w.kinds[:])
-	h := outHead{target: string(target), host: rq.Authority, newKey: true,
-		fwd: forwardedFor{clientIP: f.ip, host: rq.Authority, https: f.secure, trusted: f.trusted}}
-	e := x.entry
-	walk := newWalk(s, e)
-	u := upgrade(s, &walk, &w.upWork, &w.lf, &h, (*h2Watch)(st))
-	w.lf = listFields{}
-	x.backend, x.err = walk.b, u.err
-	switch {
-	case u.uc == nil && u.oc == outcomeClientGone:
-		return
-	case u.uc == nil:
-		x.answer(u.oc)
-		return
-	}
-	defer walk.done()
-	if !u.switched {
-		x.relayBytes(w, u.uc)
-		return
-	}
-	hd := acceptedFields(responseHeader(&w.res))
+	x.target = target
+	x.lf.fields = rq.Fields
+	x.lf.classify(x.kinds[:])
+	h.target, h.newKey = string(target), true
+	writeHead(&x.p, &x.lf)
+	x.lf = listFields{}
+	return nil
+}
+
+// switchTunnel answers the stream 200 with the target's 101 fields (acceptedFields) and
+// makes it the client's side of the tunnel.
+func (x *streamWork) switchTunnel(accepted http.Header, bc net.Conn) tunnelClient {
+	p, st := &x.p, x.st
+	hd := acceptedFields(accepted)
 	fields := make([]hpack.HeaderField, 0, len(hd)+2)
 	for k, vv := range hd {
 		for _, v := range vv {
 			fields = append(fields, hpack.HeaderField{Name: lowerFieldName(k), Value: v})
 		}
 	}
-	fields = s.commonFields(fields, len(hd["Date"]) > 0, f.altSvc)
-	x.status = http.StatusOK
-	x.out += headBytes(fields)
-	bc, br := u.tunnelConn()
+	fields = p.s.commonFields(fields, len(hd["Date"]) > 0, p.altSvc)
+	p.status = http.StatusOK
+	p.out += headBytes(fields)
 	st.SetBodyTimeout(0) // a WebSocket may be silent up to TunnelIdleTimeout (sweepIdle)
 	if err := st.WriteHead(http.StatusOK, fields, nil, false); err != nil {
 		bc.Close()
-		x.clientStopped(err)
-		return
+		p.status, p.err = outcomeClientStalled.status(), err // 499, not a backend failure
+		return nil
 	}
-	x.upgraded = true
-	x.in += x.rq.HeaderBytes
-	s.countUpgrade(e, stats.ProtoHTTP2, x.in, x.out)
-	up, down := s.runTunnel(e, stats.ProtoHTTP2, &streamConn{st: st, local: f.cc.LocalAddr(), remote: f.cc.RemoteAddr()}, bc, br)
-	x.in, x.out = x.in+up, x.out+down
+	p.upgraded = true
+	return &streamConn{st: st, local: x.f.cc.LocalAddr(), remote: x.f.cc.RemoteAddr()}
 }
 
 // originForm reports whether an extended CONNECT's :path (RFC 8441 §4, RFC 9220 §3) is an

@@ -282,6 +282,9 @@ type bodySource interface {
 	trailers() []hpack.HeaderField
 	// failure maps a failed Read's error to what is answered.
 	failure(err error) outcome
+	// holding says the body is being held before a target is chosen (holdBody), or no
+	// longer.
+	holding(on bool)
 }
 
 // h2Body is the own HTTP/2 engine's stream as a bodySource. The engine bounds each wait
@@ -299,9 +302,9 @@ type h2Body struct {
 	waited  time.Duration // spent waiting for the client in the current window
 }
 
-// pace turns the progress rule on (while the body is held) or off (the engine's own
+// holding turns the progress rule on (while the body is held) or off (the engine's own
 // bound again, for the rest of the upload).
-func (b *h2Body) pace(on bool) {
+func (b *h2Body) holding(on bool) {
 	b.paced, b.bytes, b.waited = on, 0, 0
 	if !on {
 		b.st.SetBodyTimeout(b.timeout)

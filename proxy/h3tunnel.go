@@ -10,44 +10,31 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-
-	"github.com/serve-zone/ingress/stats"
 )
 
-// serveWebSocketH3 turns an HTTP/3 extended CONNECT with :protocol websocket (RFC 9220;
-// quic-go hands it to the routing handler with Proto set to the :protocol) into an
-// HTTP/1.1 WebSocket upgrade to a target (xconnect.go), answers 200 when the target
-// switches protocols, takes the QUIC stream over and copies bytes both ways.
-func (s *Server) serveWebSocketH3(w http.ResponseWriter, r *http.Request, rs *reqState) {
-	if !originForm(r.RequestURI) { // quic-go refuses most of these already
-		s.answer(w, rs, outcomeBadRequest)
-		return
+// An HTTP/3 extended CONNECT with :protocol websocket (RFC 9220; quic-go hands it to the
+// routing handler with Proto set to the :protocol) becomes an HTTP/1.1 WebSocket upgrade
+// to a target (openTunnel, pipeline.go); when the target switches protocols it is
+// answered 200 and its QUIC stream carries the tunnel.
+
+// switchH3 answers 200 with the target's 101 fields (acceptedFields) and takes the QUIC
+// stream over as the client's side of the tunnel.
+func (x *httpWork) switchH3(accepted http.Header, bc net.Conn) tunnelClient {
+	p, w := &x.p, x.w
+	dst := w.Header()
+	for k, vv := range acceptedFields(accepted) {
+		dst[k] = vv
 	}
-	streamer, ok := w.(http3.HTTPStreamer)
-	if !ok {
-		s.answer(w, rs, outcomeHandshake)
-		return
+	p.out += responseFieldBytes(dst)
+	w.WriteHeader(http.StatusOK)
+	str, err := w.(http3.HTTPStreamer).HTTPStream() // tunnelHead checked that it can
+	if err != nil {
+		bc.Close()
+		p.err, p.abort = err, true
+		return nil
 	}
-	s.openUpgrade(w, r, rs, true, func(u *upgradeResult, accepted http.Header) {
-		dst := w.Header()
-		for k, vv := range acceptedFields(accepted) {
-			dst[k] = vv
-		}
-		rs.out += responseFieldBytes(dst)
-		w.WriteHeader(http.StatusOK)
-		bc, br := u.tunnelConn()
-		str, err := streamer.HTTPStream()
-		if err != nil {
-			bc.Close()
-			rs.err, rs.abort = err, true
-			return
-		}
-		rs.upgraded, rs.status = true, http.StatusOK
-		e := rs.entry
-		s.countUpgrade(e, stats.ProtoHTTP3, rs.in, rs.out)
-		up, down := s.runTunnel(e, stats.ProtoHTTP3, &h3StreamConn{str: str}, bc, br)
-		rs.in, rs.out = rs.in+up, rs.out+down
-	})
+	p.upgraded, p.status = true, http.StatusOK
+	return &h3StreamConn{str: str}
 }
 
 // h3StreamConn is an HTTP/3 request stream as the client side of a tunnel. Close

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"golang.org/x/net/http/httpguts"
 )
@@ -16,8 +17,9 @@ var (
 )
 
 // removeHopByHop deletes the hop-by-hop headers of h, including those its Connection
-// header names (but never Content-Length, Transfer-Encoding or Host: a request naming one
-// is refused before, and a response's framing is net/http's to write). It reports whether a TE header asked for trailers.
+// header names (h1wire.EachConnectionOption: never Content-Length, Transfer-Encoding or
+// Host; a request naming one is refused before, and a response's framing is net/http's
+// to write). It reports whether a TE header asked for trailers.
 func removeHopByHop(h http.Header) (teTrailers bool) {
 	// TE first: clients name it in Connection too (RFC 9110 §10.1.4).
 	for _, v := range h["Te"] {
@@ -26,17 +28,7 @@ func removeHopByHop(h http.Header) (teTrailers bool) {
 		}
 	}
 	for _, v := range h["Connection"] {
-		for v != "" {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			tok = strings.TrimSpace(tok)
-			if tok == "" || strings.EqualFold(tok, "close") || strings.EqualFold(tok, "keep-alive") ||
-				strings.EqualFold(tok, "content-length") || strings.EqualFold(tok, "transfer-encoding") ||
-				strings.EqualFold(tok, "host") {
-				continue // framing and Host are never an option's to remove
-			}
-			h.Del(tok)
-		}
+		h1wire.EachConnectionOption(v, h.Del)
 	}
 	for _, k := range h1wire.HopByHop {
 		delete(h, k)
@@ -54,7 +46,7 @@ func hasToken(v, tok string) bool {
 		if i := strings.IndexByte(t, ';'); i >= 0 {
 			t = t[:i]
 		}
-		if strings.EqualFold(strings.TrimSpace(t), tok) {
+		if ascii.EqualFold(strings.TrimSpace(t), tok) {
 			return true
 		}
 	}

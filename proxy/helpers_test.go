@@ -93,7 +93,7 @@ func newEnv(t testing.TB, opts ...func(*Config)) *env {
 	return e
 }
 
-// tableSpec describes a table; apply sorts what the contract wants sorted.
+// routeSpec describes a route of a table; apply sorts what the contract wants sorted.
 type routeSpec struct {
 	host     string
 	tls      *routetable.RouteTLS

@@ -335,7 +335,8 @@ func (s *Server) attributeSNI(hc *h3Conn) {
 }
 
 // reqSide is a request that reached the handler without one of our TCP connections (HTTP/3,
-// or Handler used directly) as decide's clientSide.
+// or Handler used directly): what decide learns of its client (request.covers,
+// request.attribute).
 type reqSide struct {
 	s *Server
 	r *http.Request

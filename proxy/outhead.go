@@ -8,7 +8,9 @@ import (
 
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
+	"github.com/serve-zone/ingress/proxy/internal/upstream"
 )
 
 // The outgoing request head: what every front-end's request becomes at the target,
@@ -32,7 +34,7 @@ const (
 
 // requestFieldRules is the forwarding-field table: one rule per field kind, for every
 // front-end. Trusted proxies (--trusted-proxies) only change what fwdChain and fwdTrusted
-// do (writeForwarding, headers.go).
+// do (appendForwarding, headers.go).
 var requestFieldRules = func() (t [256]fieldRule) {
 	t[h1wire.KindDrop] = fwdDrop
 	t[h1wire.KindConnection] = fwdDrop
@@ -80,10 +82,19 @@ type outHead struct {
 	fwd             forwardedFor
 }
 
-// headPlan is what appendHead found that the body's sender needs.
+// headPlan is what appendHead found that the body's sender and the replay rule need.
 type headPlan struct {
 	chunked bool // the body goes chunked (length unknown, or trailers announced)
 	expect  bool // Expect: 100-continue went with a body
+	keyed   bool // an idempotency key went on (upstream.IdempotencyKey)
+}
+
+// writeHead writes p's outgoing head for src and p.oh (appendHead) into p's upWork and
+// notes an idempotency key for the replay rule (mayResend).
+func writeHead[S headFields](p *pipe, src S) headPlan {
+	b, plan := appendHead(p.w.wb[:0], src, &p.oh)
+	p.w.wb, p.keyed = b, plan.keyed
+	return plan
 }
 
 // appendHead appends the outgoing HTTP/1.1 request head for src and h to b: the request
@@ -103,17 +114,18 @@ func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 	for i, n := 0, src.count(); i < n; i++ {
 		switch requestFieldRules[src.kind(i)] {
 		case fwdKeep:
+			plan.keyed = plan.keyed || upstream.IdempotencyKey(src.name(i))
 		case fwdTrusted:
 			if !trusted {
 				continue
 			}
 		case fwdDrop:
-			if h.trailers && eqFoldBytes(src.name(i), "trailer") && len(appendTrailerNames(nil, src.value(i))) > 0 {
+			if h.trailers && ascii.EqualLower(src.name(i), "trailer") && len(appendTrailerNames(nil, src.value(i))) > 0 {
 				trailers++ // announced request trailers go on with a chunked body, below
 			}
 			continue
 		case fwdAside:
-			if !h.body || !eqFoldBytes(src.name(i), "expect") {
+			if !h.body || !ascii.EqualLower(src.name(i), "expect") {
 				continue
 			}
 			plan.expect = true // only 100-continue gets this far; the target answers it
@@ -141,7 +153,7 @@ func appendHead[S headFields](b []byte, src S, h *outHead) ([]byte, headPlan) {
 		plan.chunked = true
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 		for i, n := 0, src.count(); i < n && trailers > 0; i++ {
-			if requestFieldRules[src.kind(i)] == fwdDrop && eqFoldBytes(src.name(i), "trailer") {
+			if requestFieldRules[src.kind(i)] == fwdDrop && ascii.EqualLower(src.name(i), "trailer") {
 				if names := appendTrailerNames(nil, src.value(i)); len(names) > 0 {
 					b = append(b, "Trailer: "...)
 					b = append(b, names...)
@@ -216,7 +228,7 @@ func (h h1Fields) appendValues(b []byte, k uint8) []byte {
 }
 
 // listFields are decoded fields (HTTP/2's and HTTP/3's, or net/http's header map
-// flattened by headerFields), names in any case; each one's kind is h1wire's.
+// flattened by appendHeaderFields), names in any case; each one's kind is h1wire's.
 type listFields struct {
 	fields []hpack.HeaderField
 	kinds  []uint8

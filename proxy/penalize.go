@@ -18,7 +18,7 @@ import (
 // ENHANCE_YOUR_CALM) and reports the verdict (h2.Config.OnAbuse). An attacker that
 // reconnects at once gets a fresh budget, a TLS handshake and a preface every time, and a
 // few of them keep a small machine's cores busy: the budgets bounded memory, not the
-// share of CPU. So the verdict also penalises the client's address (penaltyTable): for
+// share of CPU. So the verdict also penalises the client's address (newPenaltyTable): for
 // a penalty window (1 s, doubling while the address keeps coming back abusive, at most
 // 16 s) the listeners refuse its connections right after accept, before any TLS or HTTP
 // work: held unread until the penalty ends (the tarpit below), then reset (no TIME_WAIT

@@ -5,12 +5,14 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/routetable"
@@ -53,7 +55,7 @@ type exchangeRecord struct {
 	err     error               // why the request failed; nil when it did not
 }
 
-func (rec *exchangeRecord) host() string {
+func (rec *exchangeRecord) hostname() string {
 	if rec.entry == nil {
 		return ""
 	}
@@ -112,6 +114,13 @@ type relay struct {
 	uc     *upstream.Conn
 	head   bool // the request was HEAD
 	altSvc bool // the answer announces HTTP/3 (TLS on TCP with HTTP/3 on)
+}
+
+// relayList relays the target's answer (p.w's head, its body from uc) into p's sink.
+func (s *Server) relayList(p *pipe, uc *upstream.Conn) {
+	r := relay{s: s, sink: p.sink, rec: p.exchangeRecord, up: p.up, w: p.w, uc: uc, head: p.head, altSvc: p.altSvc}
+	r.run()
+	p.exchangeRecord = r.rec
 }
 
 // run writes the target's answer (w.res, its head in w.up) to the sink and relays its
@@ -274,7 +283,7 @@ func (r *relay) endChunked(sc *h1wire.ChunkScanner, keepUp bool) {
 				return // connection-specific or framing: not a field a trailer may carry
 			}
 			at := len(arena)
-			arena = appendLower(arena, name)
+			arena = ascii.AppendLower(arena, name)
 			n := unsafe.String(&arena[at], len(name))
 			at = len(arena)
 			arena = append(arena, value...)
@@ -331,7 +340,7 @@ func (r *relay) brokenBody(err error) {
 func (r *relay) clientStopped(err error) {
 	r.rec.status = outcomeClientStalled.status()
 	r.rec.err = err
-	r.s.log.Debug("response cut", zap.String("host", r.rec.host()), zap.Error(err))
+	r.s.log.Debug("response cut", zap.String("host", r.rec.hostname()), zap.Error(err))
 }
 
 // fields is the answer's head for the client: the target's fields without hop-by-hop
@@ -357,7 +366,7 @@ func (r *relay) fields(res *h1wire.Response, frame int) []hpack.HeaderField {
 		}
 		value := f.Value(head)
 		at := len(arena)
-		arena = appendLower(arena, f.Name(head))
+		arena = ascii.AppendLower(arena, f.Name(head))
 		name := str(at)
 		var v string
 		if len(value) > 0 {
@@ -377,17 +386,49 @@ func (r *relay) fields(res *h1wire.Response, frame int) []hpack.HeaderField {
 	return r.s.commonFields(fields, res.HasDate, r.altSvc)
 }
 
-// commonFields appends what every answer carries: Date (unless the target sent one)
-// and Alt-Svc when HTTP/3 is announced.
+// commonFields appends what every answer carries besides its own fields
+// (commonValues), as fields.
 func (s *Server) commonFields(fields []hpack.HeaderField, hasDate, altSvc bool) []hpack.HeaderField {
-	if !hasDate {
-		fields = append(fields, hpack.HeaderField{Name: "date", Value: dateString(time.Now())})
+	date, alt := s.commonValues(time.Now(), hasDate, altSvc)
+	if date != "" {
+		fields = append(fields, hpack.HeaderField{Name: "date", Value: date})
 	}
-	if altSvc {
-		fields = append(fields, hpack.HeaderField{Name: "alt-svc", Value: s.h3.altSvc[0]})
+	if alt != "" {
+		fields = append(fields, hpack.HeaderField{Name: "alt-svc", Value: alt})
 	}
 	return fields
 }
+
+// commonValues is what every answer carries besides its own fields, for every
+// front-end: Date at now unless the target sent one, and Alt-Svc when HTTP/3 is
+// announced; "" for the one it does not carry.
+func (s *Server) commonValues(now time.Time, hasDate, altSvc bool) (date, alt string) {
+	if !hasDate {
+		date = dateString(now)
+	}
+	if altSvc {
+		alt = s.h3.altSvc[0]
+	}
+	return date, alt
+}
+
+// dateString is the Date value for now, made once per second (the one cache of it).
+func dateString(now time.Time) string {
+	sec := now.Unix()
+	if d := dateStrings.Load(); d != nil && d.sec == sec {
+		return d.s
+	}
+	d := &dateStr{sec: sec, s: now.UTC().Format(http.TimeFormat)}
+	dateStrings.Store(d)
+	return d.s
+}
+
+type dateStr struct {
+	sec int64
+	s   string
+}
+
+var dateStrings atomic.Pointer[dateStr]
 
 // answerFieldGoesOn is the one rule for a target's answer fields, on both relays: hop-by-hop
 // and framing fields stay behind (the framing is written from what is relayed; Trailer,

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -15,39 +16,25 @@ import (
 
 var errNoUpgrade = errors.New("proxy: target answered 101 without Upgrade: websocket")
 
-// serveWebSocket relays an HTTP/1.1 WebSocket upgrade. It dials the target itself (with
-// the same pick, retry and passive health as forward) so that the tunnel owns a plain TCP
-// connection it can half-close. A target that answers anything but 101 has that answer
-// relayed; one that breaks or refuses the handshake without an answer is a 502 counted as
-// a handshake failure. After 101 the client connection is hijacked and bytes are copied
-// both ways until both directions end; the target's InFlight is held for the tunnel's
-// life and no route-table swap touches it. Only Shutdown's deadline closes it early.
-func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request, rs *reqState) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		s.answer(w, rs, outcomeHandshake)
-		return
-	}
-	// The slot, the walk, the dial and the handshake are the extended CONNECT's
-	// (xconnect.go).
-	s.openUpgrade(w, r, rs, false, func(u *upgradeResult, accepted http.Header) { s.switchWebSocket(hj, rs, u, accepted) })
-}
+// An HTTP/1.1 WebSocket upgrade goes to its target as every tunnel's (openTunnel,
+// pipeline.go): the same pick, retry and passive health as a forward, on a plain TCP
+// connection of its own that the tunnel can half-close. A target that answers anything
+// but 101 has that answer relayed; one that breaks or refuses the handshake without an
+// answer is a 502 counted as a handshake failure. After 101 the client connection is
+// hijacked and bytes are copied both ways until both directions end (runTunnel); the
+// target's InFlight is held for the tunnel's life and no route-table swap touches it.
 
-// switchWebSocket takes the client's connection over once the target switched protocols,
-// sends the client the target's 101, and runs the tunnel.
-func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u *upgradeResult, accepted http.Header) {
-	e := rs.entry
-	bc, br := u.tunnelConn()
-	cconn, brw, err := hj.Hijack()
+// switchWebSocket takes the client's connection over once the target switched
+// protocols, sends the client the target's 101, and returns the connection as the
+// client's side of the tunnel.
+func (x *httpWork) switchWebSocket(accepted http.Header, bc net.Conn) tunnelClient {
+	p := &x.p
+	cconn, brw, err := x.w.(http.Hijacker).Hijack() // tunnelHead checked that it can
 	if err != nil {
 		bc.Close()
-		return
+		return nil
 	}
-	rs.upgraded, rs.status = true, http.StatusSwitchingProtocols
-	if rs.cc != nil {
-		// Hijacked: net/http no longer reports the connection's close.
-		defer s.totals.Conn(stats.ProtoHTTP1, -1)
-	}
+	p.upgraded, p.status = true, http.StatusSwitchingProtocols
 	_ = cconn.SetDeadline(time.Time{})
 	removeHopByHop(accepted)
 	accepted["Connection"] = valUpgrade
@@ -57,51 +44,44 @@ func (s *Server) switchWebSocket(hj http.Hijacker, rs *reqState, u *upgradeResul
 	_ = accepted.Write(&head)
 	_, _ = io.WriteString(&head, "\r\n")
 	ferr := brw.Flush()
-
-	// The upgrade request and its 101 are one request of the route.
-	var in, out int64
-	if rs.h1 {
-		cc := rs.cc
-		cc.hijacked.Store(true)
-		rd, wr := cc.readN.Load(), cc.writeN.Load()
-		in = rd - cc.acctRead - int64(brw.Reader.Buffered()) // buffered bytes are frames
-		out = wr - cc.acctWrite
-		cc.acctRead, cc.acctWrite = rd, wr
+	// The upgrade request and its 101 are one request of the route (account).
+	if x.h1 {
+		p.cc.hijacked.Store(true)
+		x.held = int64(brw.Reader.Buffered()) // buffered bytes are frames
 	} else {
-		in, out = rs.in, rs.out+head.n
+		p.out += head.n
 	}
-	s.record(e, stats.ProtoHTTP1, http.StatusSwitchingProtocols, in, out)
-	rs.in, rs.out = in, out
+	c := &hijackedConn{Conn: cconn, r: brw.Reader, s: p.s, ours: p.cc != nil}
+	if ferr != nil {
+		c.Close()
+		bc.Close()
+		return nil
+	}
+	return c
+}
 
-	t := &tunnel{client: cconn, backend: bc}
-	if ferr != nil || !s.tunnels.add(t) {
-		t.close()
-		return
-	}
-	s.totals.WebSocket(1)
-	var up, down int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var err error
-		up, err = s.pipe(bc, brw.Reader, e.Stats, stats.ProtoHTTP1, true, t)
-		if err != nil {
-			t.close()
-		} else {
-			closeWrite(bc)
+// hijackedConn is an HTTP/1.1 connection net/http gave up (Hijack) as the client's side
+// of a tunnel: it reads through what net/http had buffered.
+type hijackedConn struct {
+	net.Conn
+	r *bufio.Reader
+	s *Server
+	// ours: one of our connections, which net/http no longer reports closed: Close
+	// takes it out of Totals.Conn.
+	ours bool
+	once sync.Once
+}
+
+func (c *hijackedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *hijackedConn) closeWrite()                { closeWrite(c.Conn) }
+func (c *hijackedConn) Close() error {
+	c.once.Do(func() {
+		_ = c.Conn.Close()
+		if c.ours {
+			c.s.totals.Conn(stats.ProtoHTTP1, -1)
 		}
 	})
-	var derr error
-	down, derr = s.pipe(cconn, br, e.Stats, stats.ProtoHTTP1, false, t)
-	if derr != nil {
-		t.close()
-	} else {
-		closeWrite(cconn)
-	}
-	wg.Wait()
-	t.close()
-	s.tunnels.remove(t)
-	s.totals.WebSocket(-1)
-	rs.in, rs.out = in+up, out+down
+	return nil
 }
 
 // pipe copies src to dst, counting each chunk into the route (and the totals when they

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -9,76 +10,33 @@ import (
 	"sync"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"github.com/serve-zone/ingress/proxy/internal/h1wire"
 	"github.com/serve-zone/ingress/proxy/internal/upstream"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
 
-// The start of every WebSocket tunnel, whatever the client's protocol: an HTTP/1.1
-// Upgrade (websocket.go) or an extended CONNECT with :protocol websocket (RFC 8441 over
-// HTTP/2, h2tunnel.go; RFC 9220 over HTTP/3, h3tunnel.go) becomes an HTTP/1.1 WebSocket
-// upgrade to a target (appendHead with upgrade set), sent by the same exchange as every
-// forward (Server.exchange with upgrade: a new connection, the 1xx rule with 101 as the
-// final answer), over the same walk of the route's targets. Then the tunnel copies bytes
-// both ways (runTunnel).
+// The WebSocket tunnel, whatever the client's protocol: an HTTP/1.1 Upgrade
+// (websocket.go) or an extended CONNECT with :protocol websocket (RFC 8441 over HTTP/2,
+// h2tunnel.go; RFC 9220 over HTTP/3, h3tunnel.go) becomes an HTTP/1.1 WebSocket upgrade
+// to a target (appendHead with upgrade set), sent by the pipeline's walk like every
+// forward (openTunnel, pipeline.go). Then the tunnel copies bytes both ways (runTunnel).
 
-// upgradeResult is how the upgrade went.
-type upgradeResult struct {
-	// uc is the target's connection when it answered (res in the work area holds the
-	// answer's head): switched, or any other final answer, which the caller relays.
-	uc       *upstream.Conn
-	switched bool
-	rest     []byte // tunnel bytes that came with the 101 (a copy)
-	oc       outcome
-	err      error // why, for the access log
-}
-
-// upgrade writes the upgrade request for src and h into w and sends it to one of walk's
-// targets: the same pick, connect retry and passive health as a forward. A handshake that
-// breaks or times out (ResponseHeaderTimeout), or a 101 without Upgrade: websocket, is a
-// handshake failure (counted and logged). With uc set the target took the request
-// (walk.took): the caller ends it with walk.done.
-func upgrade[S headFields](s *Server, walk *targetWalk, w *upWork, src S, h *outHead, cw clientWatch) upgradeResult {
-	h.method, h.upgrade = http.MethodGet, true
-	h.body, h.zeroLength, h.trailers = false, false, false
-	w.wb, _ = appendHead(w.wb[:0], src, h)
-	for {
-		b := walk.next()
-		if b == nil {
-			return upgradeResult{oc: walk.last}
-		}
-		uc, err := s.exchange(w, attempt{route: walk.e, addr: b.Addr, watch: cw, upgrade: true})
-		if err == nil && w.res.Status == http.StatusSwitchingProtocols && !upgradesToWebSocket(&w.res) {
-			uc.Close()
-			err = errNoUpgrade
-		}
-		if err == nil {
-			walk.took()
-			u := upgradeResult{uc: uc, switched: w.res.Status == http.StatusSwitchingProtocols}
-			if u.switched && w.filled > w.resHead {
-				u.rest = bytes.Clone(w.up[h1Headroom+w.resHead : h1Headroom+w.filled])
-			}
-			return u
-		}
-		o := classifyUpstream(err)
-		if o == outcomeConnect {
-			walk.missed(o, err, true) // marked down; the next target is tried
-			continue
-		}
-		if o != outcomeClientGone && o != outcomeDescriptors {
-			o = outcomeHandshake
-		}
-		walk.missed(o, err, false)
-		return upgradeResult{oc: o, err: err}
-	}
-}
+var (
+	// errNoTakeover: the client's wire cannot carry a tunnel (a writer that cannot be
+	// hijacked, an HTTP/3 writer without its stream): a handshake failure.
+	errNoTakeover = errors.New("proxy: the client's connection cannot be taken over for a tunnel")
+	// errTunnelTarget: an extended CONNECT whose :path is no origin-form target
+	// (originForm): 400.
+	errTunnelTarget = errors.New("proxy: an extended CONNECT's :path is no origin-form target")
+)
 
 // upgradesToWebSocket reports a 101 whose Upgrade names websocket.
 func upgradesToWebSocket(res *h1wire.Response) bool {
 	for i := range res.Fields {
 		f := &res.Fields[i]
-		if eqFoldBytes(f.Name(res.Head), "upgrade") && hasToken(string(f.Value(res.Head)), "websocket") {
+		if ascii.EqualLower(f.Name(res.Head), "upgrade") && hasToken(string(f.Value(res.Head)), "websocket") {
 			return true
 		}
 	}
@@ -96,67 +54,19 @@ func responseHeader(res *h1wire.Response) http.Header {
 	return h
 }
 
-// tunnelConn is the target side of a switched tunnel: its connection, and a reader that
-// first gives the bytes that came with the 101.
-func (u *upgradeResult) tunnelConn() (net.Conn, io.Reader) {
-	_ = u.uc.SetReadDeadline(time.Time{}) // the handshake's: a tunnel may be silent
-	bc := u.uc.Detach()
-	if len(u.rest) == 0 {
+// tunnelConn is the target side of a switched tunnel: uc, detached from its pool, and a
+// reader that first gives the bytes that came with the 101 (after its head in w).
+func tunnelConn(uc *upstream.Conn, w *upWork) (net.Conn, io.Reader) {
+	var rest []byte
+	if w.filled > w.resHead {
+		rest = bytes.Clone(w.up[h1Headroom+w.resHead : h1Headroom+w.filled])
+	}
+	_ = uc.SetReadDeadline(time.Time{}) // the handshake's: a tunnel may be silent
+	bc := uc.Detach()
+	if len(rest) == 0 {
 		return bc, bc
 	}
-	return bc, io.MultiReader(bytes.NewReader(u.rest), bc)
-}
-
-// reqWatch is a net/http request as Server.exchange's clientWatch.
-type reqWatch struct{ r *http.Request }
-
-func (w reqWatch) clientGone() bool { return w.r.Context().Err() != nil }
-
-// openUpgrade is the start of a tunnel on the net/http front-ends, HTTP/1.1 Upgrade
-// (websocket.go) and HTTP/3 extended CONNECT (h3tunnel.go): a tunnel slot, then the
-// upgrade. When the target switched protocols it calls switched with the 101's fields,
-// holding the slot and the target (walk.done) until switched returns; otherwise it
-// answers the client itself: the target's answer relayed, a failure mapped to its
-// status, or nothing at all for a client that went away (rs.abort: never net/http's
-// default 200).
-func (s *Server) openUpgrade(w http.ResponseWriter, r *http.Request, rs *reqState, connect bool, switched func(u *upgradeResult, accepted http.Header)) {
-	if !s.tunnels.acquire() {
-		s.answer(w, rs, outcomeUnavailable)
-		return
-	}
-	defer s.tunnels.release()
-	uw := h2Works.Get().(*h2Work)
-	defer uw.release()
-	te := removeHopByHop(r.Header)
-	uw.hf = appendHeaderFields(uw.hf[:0], r.Header)
-	uw.lf.fields = uw.hf
-	if !validFields(uw.lf.fields) {
-		rs.err = errBadField
-		s.answer(w, rs, outcomeBadRequest)
-		return
-	}
-	uw.lf.classify(uw.kinds[:])
-	ip := clientIP(r.RemoteAddr)
-	h := outHead{target: r.URL.RequestURI(), host: r.Host, te: te, newKey: connect,
-		fwd: forwardedFor{clientIP: ip, host: r.Host, https: rs.secure, trusted: s.isTrusted(ip)}}
-	walk := newWalk(s, rs.entry)
-	u := upgrade(s, &walk, &uw.upWork, &uw.lf, &h, reqWatch{r})
-	uw.lf = listFields{}
-	rs.backend, rs.err = walk.b, u.err
-	switch {
-	case u.uc == nil && u.oc == outcomeClientGone:
-		rs.abort = true
-		return
-	case u.uc == nil:
-		s.answer(w, rs, u.oc)
-		return
-	}
-	defer walk.done()
-	if !u.switched {
-		s.relayHTTP(w, r, rs, uw, u.uc, nil)
-		return
-	}
-	switched(&u, responseHeader(&uw.res))
+	return bc, io.MultiReader(bytes.NewReader(rest), bc)
 }
 
 // tunnelClient is the client side of a tunnel: a stream of the client's connection.
@@ -209,9 +119,4 @@ func acceptedFields(h http.Header) http.Header {
 	removeHopByHop(h)
 	delete(h, "Sec-Websocket-Accept")
 	return h
-}
-
-// countUpgrade records the CONNECT and its 200 as one request of the route.
-func (s *Server) countUpgrade(e *routetable.Entry, p stats.Proto, in, out int64) {
-	s.record(e, p, http.StatusOK, in, out)
 }

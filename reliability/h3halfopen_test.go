@@ -20,7 +20,7 @@ import (
 // drops what follows each ClientHello (answering Retry packets: it proves its address)
 // for 6 s. Its half-open connections take places in its budget of connections from
 // their first packet: the HTTP/3 connections open stay within the budget (512; the
-// binary holds no more than quicHandshakesPerAddr, 32, in progress per address), the
+// binary holds no more than 32 (proxy's per-address bound) in progress per address), the
 // refusals are counted as handshakes, the RSS stays flat, a bystander's HTTP/3 request
 // is answered meanwhile, and once the flood stops every half-open connection ends.
 // Before, the connections took no place until their handshakes completed: 1,300 were

@@ -9,10 +9,10 @@ import (
 
 // A cursor is base64url (no padding) of
 //
-//	version(1) | lastDay(4, big endian) | lastHostname | mac(16)
+//	version(1) | last day(4, big endian) | last hostname | mac(16)
 //
 // where mac is HMAC-SHA256 under the registry's random per-process key over the version,
-// the query's fromDay and toDay, lastDay and lastHostname. Binding the range in the MAC
+// the query's first and last day, the last day and hostname of the page. Binding the range in the MAC
 // makes a cursor valid for that range only; the key makes it valid for this process only,
 // so a forged, truncated or foreign cursor, or one from before a restart, is refused.
 const (

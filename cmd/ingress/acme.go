@@ -156,7 +156,7 @@ func (o *options) loadACMERoots() error {
 }
 
 // acmeCheck is the Store's extra rule (StoreOptions.Check): a table whose routes use
-// tls.acme is refused when this ingress cannot keep ACME certificates (no --state-dir),
+// "tls.acme" is refused when this ingress cannot keep ACME certificates (no --state-dir),
 // cannot serve them (no --https-addr), or cannot answer any challenge. At start this
 // refuses the routes file (exit 2); later, an edit that adds such a route is refused and
 // the previous table keeps serving.

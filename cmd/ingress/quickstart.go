@@ -46,7 +46,7 @@ func (l *listFlag) Set(v string) error {
 // runProxy is `ingress proxy --from HOST --to ADDR [--to ADDR]... [--tls-cert FILE
 // --tls-key FILE | --acme ...]`: a standalone ingress whose table is built from the command
 // line instead of read from a file (its certificate files are read and watched the same
-// way; with --acme the acme package obtains its certificates, as for a file's tls.acme
+// way; with --acme the acme package obtains its certificates, as for a file's "tls.acme"
 // routes).
 func runProxy(ctx context.Context, args []string, stderr io.Writer, lookup func(string) (string, bool)) error {
 	in, stop, err := newProxyInstance(args, stderr, lookup)

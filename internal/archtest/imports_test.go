@@ -18,7 +18,7 @@ const module = "github.com/serve-zone/ingress/"
 // domainFree are the internal packages that know nothing of the ingress's domain: any
 // package may import them.
 var domainFree = []string{
-	"internal/atomicfile", "internal/jsonx", "internal/rawnet", "internal/redact",
+	"internal/ascii", "internal/atomicfile", "internal/jsonx", "internal/rawnet", "internal/redact",
 	"internal/testcert",
 }
 
@@ -47,6 +47,7 @@ var allowed = map[string][]string{
 	"proxy/internal/proxyhdr": nil,
 	"proxy/internal/upstream": nil,
 	"internal/archtest":       nil,
+	"internal/ascii":          nil,
 	"internal/atomicfile":     nil,
 	"internal/jsonx":          nil,
 	"internal/rawnet":         nil,
@@ -71,15 +72,9 @@ func unruled(pkg string) bool {
 
 // TestImportRules checks every non-test import of ours in the module against allowed.
 func TestImportRules(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("module root not found from the test's directory: %v", err)
-	}
+	root := moduleRoot(t)
 	imports := map[string]map[string]bool{} // package dir -> our imports (non-test files)
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -146,4 +141,16 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("%s imports %s, which its rule does not allow (allowed: %v and the domain-free internal packages)", pkg, imp, rule)
 		}
 	}
+}
+
+// moduleRoot is the module's directory, two levels up from this test's.
+func moduleRoot(t *testing.T) string {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found from the test's directory: %v", err)
+	}
+	return root
 }

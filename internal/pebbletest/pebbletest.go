@@ -176,7 +176,7 @@ func (p *Pebble) run(t testing.TB, httpPort, tlsPort int) error {
 	p.cmd = exec.Command(p.bin, "-config", cfgFile, "-dnsserver", p.dns)
 	p.cmd.Env = append(os.Environ(),
 		"PEBBLE_VA_NOSLEEP=1",      // validate at once
-		"PEBBLE_WFE_NONCEREJECT=0", // no spurious badNonce
+		"PEBBLE_WFE_NONCEREJECT=0", // no spurious "badNonce" errors
 		"PEBBLE_AUTHZREUSE=0",      // every order proves its names again
 	)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -135,13 +135,13 @@ func (b *browser) navigate(t *testing.T, url string) string {
 	return at
 }
 
-// response is what Network.responseReceived said about one response.
+// response is what "Network.responseReceived" said about one response.
 type response struct {
 	url, protocol string
 	status        int64
 }
 
-// redirect is one redirect as Network.requestWillBeSent reported it.
+// redirect is one redirect as "Network.requestWillBeSent" reported it.
 type redirect struct {
 	from, to, location, protocol string
 	status                       int64

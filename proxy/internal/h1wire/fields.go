@@ -1,6 +1,10 @@
 package h1wire
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/serve-zone/ingress/internal/ascii"
+)
 
 // KindHandoff marks a request field that sends the connection to net/http.
 const KindHandoff uint8 = 255
@@ -8,46 +12,46 @@ const KindHandoff uint8 = 255
 func requestFieldKind(name []byte) uint8 {
 	switch len(name) {
 	case 2:
-		if eqFold(name, "te") {
+		if ascii.EqualLower(name, "te") {
 			return KindTE
 		}
 	case 4:
-		if eqFold(name, "host") {
+		if ascii.EqualLower(name, "host") {
 			return KindHost
 		}
 	case 6:
-		if eqFold(name, "expect") {
+		if ascii.EqualLower(name, "expect") {
 			return KindHandoff
 		}
 	case 7:
-		if eqFold(name, "upgrade") {
+		if ascii.EqualLower(name, "upgrade") {
 			return KindHandoff
 		}
 	case 9:
-		if eqFold(name, "forwarded") {
+		if ascii.EqualLower(name, "forwarded") {
 			return KindForwarded
 		}
 	case 10:
 		switch {
-		case eqFold(name, "connection"):
+		case ascii.EqualLower(name, "connection"):
 			return KindConnection
 		}
 	}
 	switch {
-	case eqFold(name, "content-length"):
+	case ascii.EqualLower(name, "content-length"):
 		return KindContentLength
-	case eqFold(name, "transfer-encoding"):
+	case ascii.EqualLower(name, "transfer-encoding"):
 		return KindTransferEncoding
-	case eqFold(name, "x-forwarded-for"):
+	case ascii.EqualLower(name, "x-forwarded-for"):
 		return KindXFF
-	case eqFold(name, "x-forwarded-proto"):
+	case ascii.EqualLower(name, "x-forwarded-proto"):
 		return KindXFProto
-	case eqFold(name, "x-forwarded-host"):
+	case ascii.EqualLower(name, "x-forwarded-host"):
 		return KindXFHost
-	case eqFold(name, "x-real-ip"):
+	case ascii.EqualLower(name, "x-real-ip"):
 		return KindXRealIP
 	case IsHopByHop(name):
-		return KindDrop // the rest of the one hop-by-hop list (headers.go)
+		return KindDrop // the rest of the one hop-by-hop list (HopByHop)
 	case bytes.IndexByte(name, '_') >= 0 && ForwardingLookalike(name):
 		return KindDrop
 	}
@@ -84,14 +88,14 @@ func ForwardingLookalike[T string | []byte](name T) bool {
 func responseFieldKind(name []byte) uint8 {
 	switch len(name) {
 	case 4:
-		if eqFold(name, "date") {
+		if ascii.EqualLower(name, "date") {
 			return KindDate
 		}
 	case 7:
 		switch {
-		case eqFold(name, "alt-svc"):
+		case ascii.EqualLower(name, "alt-svc"):
 			return KindAltSvc
-		case eqFold(name, "trailer"):
+		case ascii.EqualLower(name, "trailer"):
 			// The one exception to the hop-by-hop list: chunked bodies, trailers
 			// included, pass through verbatim, so the field announcing them stays
 			// (net/http's path drops it because net/http writes its own).
@@ -99,54 +103,76 @@ func responseFieldKind(name []byte) uint8 {
 		}
 	case 10:
 		switch {
-		case eqFold(name, "connection"):
+		case ascii.EqualLower(name, "connection"):
 			return KindConnection
-		case eqFold(name, "keep-alive"):
+		case ascii.EqualLower(name, "keep-alive"):
 			return KindKeepAlive
 		}
 	case 14:
-		if eqFold(name, "content-length") {
+		if ascii.EqualLower(name, "content-length") {
 			return KindContentLength
 		}
 	case 17:
-		if eqFold(name, "transfer-encoding") {
+		if ascii.EqualLower(name, "transfer-encoding") {
 			return KindTransferEncoding
 		}
 	}
 	if IsHopByHop(name) {
-		return KindDrop // the rest of the one hop-by-hop list (headers.go)
+		return KindDrop // the rest of the one hop-by-hop list (HopByHop)
 	}
 	return KindOther
 }
 
-// dropConnectionNamed marks the fields that a Connection field names as hop-by-hop,
-// except the framing fields and Host: what frames and routes a forwarded message is
-// derived from what is forwarded, never removed by an option (a request naming one was
-// refused already; a response naming one is framed by us all the same).
+// dropConnectionNamed marks the fields that a Connection field names as hop-by-hop
+// (EachConnectionOption).
 func dropConnectionNamed(head []byte, fields []Field) {
 	for i := range fields {
 		if fields[i].Kind != KindConnection {
 			continue
 		}
-		v := fields[i].Value(head)
-		for len(v) > 0 {
-			var tok []byte
-			tok, v, _ = bytes.Cut(v, []byte{','})
-			tok = trimOWS(tok)
-			if len(tok) == 0 || eqFold(tok, "close") || eqFold(tok, "keep-alive") {
-				continue
-			}
+		EachConnectionOption(fields[i].Value(head), func(name []byte) {
 			for j := range fields {
-				switch fields[j].Kind {
-				case KindConnection, KindContentLength, KindTransferEncoding, KindHost:
-					continue
-				}
-				if eqFoldBytes(fields[j].Name(head), tok) {
+				if fields[j].Kind != KindConnection && ascii.EqualFold(fields[j].Name(head), name) {
 					fields[j].Kind = KindDrop
 				}
 			}
+		})
+	}
+}
+
+// EachConnectionOption calls fn with each field name that a Connection value v asks to
+// remove, the one rule of it on every path (RFC 9110 §7.6.1): every comma-separated
+// option, whitespace trimmed, but close and keep-alive, and never a field that frames
+// or routes the message (ProtectedField): what frames and routes a forwarded message is
+// derived from what is forwarded, never removed by an option (a request naming one is
+// refused: NamesProtectedField; a response naming one is framed by us all the same).
+func EachConnectionOption[T string | []byte](v T, fn func(name T)) {
+	for len(v) > 0 {
+		i := 0
+		for i < len(v) && v[i] != ',' {
+			i++
+		}
+		t := v[:i]
+		if i < len(v) {
+			i++
+		}
+		v = v[i:]
+		for len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
+			t = t[1:]
+		}
+		for len(t) > 0 && (t[len(t)-1] == ' ' || t[len(t)-1] == '\t') {
+			t = t[:len(t)-1]
+		}
+		if len(t) > 0 && !ascii.EqualLower(t, "close") && !ascii.EqualLower(t, "keep-alive") && !ProtectedField(t) {
+			fn(t)
 		}
 	}
+}
+
+// ProtectedField reports a field name that a Connection option never removes: the
+// framing fields and Host.
+func ProtectedField[T string | []byte](name T) bool {
+	return ascii.EqualLower(name, "content-length") || ascii.EqualLower(name, "transfer-encoding") || ascii.EqualLower(name, "host")
 }
 
 // HopByHop is the one list of hop-by-hop fields (RFC 9110 §7.6.1 plus the usual proxy
@@ -169,7 +195,7 @@ var HopByHop = [...]string{
 // IsHopByHop reports whether name is in HopByHop (ASCII case-insensitive).
 func IsHopByHop[T string | []byte](name T) bool {
 	for _, h := range HopByHop {
-		if eqFoldBytes(name, h) {
+		if ascii.EqualFold(name, h) {
 			return true
 		}
 	}

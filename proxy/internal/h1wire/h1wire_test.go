@@ -316,7 +316,7 @@ func TestParseResponse(t *testing.T) {
 		head string
 		err  error
 		want want
-		drop []string // fields that must not be forwarded (fkDrop or fkKeepAlive→fkDrop)
+		drop []string // fields that must not be forwarded (KindDrop, or KindKeepAlive)
 		keep []string // fields that must be forwarded as they are
 	}{
 		{"plain", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", nil, want{status: 200, reason: "OK", cl: 5}, nil, []string{"Content-Length"}},
@@ -408,7 +408,7 @@ func TestParseResponse(t *testing.T) {
 
 // Chunked bodies.
 
-// scanPieces feeds b to a fresh chunkScanner in pieces of the given sizes (the last
+// scanPieces feeds b to a fresh ChunkScanner in pieces of the given sizes (the last
 // piece takes the rest) and returns where it stopped: the body's length when done, the
 // offset of the offending byte's end on error, len(b) otherwise.
 func scanPieces(t *testing.T, b []byte, sizes []int) (n int, done bool, err error) {

@@ -1,6 +1,8 @@
 package h1wire
 
-import "bytes"
+import (
+	"bytes"
+)
 
 // Parsing for the fast HTTP/1.1 path (proxy/h1serve.go). The request parser accepts a strict
 // subset of HTTP/1.1 and reports everything else as "not fast", which hands the
@@ -43,8 +45,8 @@ func (f *Field) Value(b []byte) []byte { return b[f.VS:f.VE] }
 // Request is a parsed request head. Spans index the head bytes.
 type Request struct {
 	Head           []byte
-	MethodEnd      uint32 // method is head[:methodEnd]
-	TargetS        uint32 // target is head[targetS:targetE]
+	MethodEnd      uint32 // method is head[:MethodEnd]
+	TargetS        uint32 // target is head[TargetS:TargetE]
 	TargetE        uint32
 	LineEnd        uint32 // the fields start here
 	Host           []byte
@@ -128,8 +130,8 @@ const (
 )
 
 // ParseRequest parses head, a complete request head ending in CRLF CRLF, into r using
-// fields as storage, and judges it (h1Verdict). The whole head is read before a verdict
-// of h1Other is given, so that a head that is also malformed is refused here whatever
+// fields as storage, and judges it (Verdict). The whole head is read before a verdict
+// of Other is given, so that a head that is also malformed is refused here whatever
 // would have sent it to net/http.
 func ParseRequest(r *Request, head []byte, fields []Field) Verdict {
 	*r = Request{Head: head, ContentLength: 0, Fields: fields[:0]}
@@ -234,7 +236,7 @@ func ParseRequest(r *Request, head []byte, fields []Field) Verdict {
 }
 
 // parseRequestLine parses "method SP target SP version CRLF" at the start of head and
-// sets r's spans and lineEnd. Only origin-form targets and HTTP/1.1 are fast.
+// sets r's spans and LineEnd. Only origin-form targets and HTTP/1.1 are fast.
 func parseRequestLine(r *Request, head []byte) Verdict {
 	i := 0
 	for i < len(head) && Tchar[head[i]] {
@@ -290,8 +292,8 @@ func parseRequestLine(r *Request, head []byte) Verdict {
 	return v
 }
 
-// scanRestBad reports h1Bad when b holds a bare CR or LF or a control byte that no head
-// may hold, else h1Other.
+// scanRestBad reports Bad when b holds a bare CR or LF or a control byte that no head
+// may hold, else Other.
 func scanRestBad(b []byte) Verdict {
 	if HasBareLineEnd(b) {
 		return Bad
@@ -332,8 +334,7 @@ func NamesProtectedField(v []byte) bool {
 	for len(v) > 0 {
 		var t []byte
 		t, v, _ = bytes.Cut(v, []byte{','})
-		t = trimOWS(t)
-		if eqFold(t, "content-length") || eqFold(t, "transfer-encoding") || eqFold(t, "host") {
+		if ProtectedField(trimOWS(t)) {
 			return true
 		}
 	}
@@ -389,8 +390,8 @@ func ValidHostPort[T string | []byte](host T) bool {
 // parseField parses the header line at head[i:] (not the blank line ending the head):
 // a token name, a colon, optional whitespace, a value without control bytes (HTAB
 // aside), CRLF. It returns the field, trailing whitespace trimmed, and where the next
-// line starts. The verdict is h1Other for a line that starts with whitespace (obsolete
-// line folding) and h1Bad for anything else that is not such a line.
+// line starts. The verdict is Other for a line that starts with whitespace (obsolete
+// line folding) and Bad for anything else that is not such a line.
 func parseField(head []byte, i int) (f Field, next int, v Verdict) {
 	ns := i
 	for i < len(head) && Tchar[head[i]] {

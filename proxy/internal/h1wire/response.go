@@ -3,6 +3,8 @@ package h1wire
 import (
 	"bytes"
 	"errors"
+
+	"github.com/serve-zone/ingress/internal/ascii"
 )
 
 // Response heads.
@@ -11,7 +13,7 @@ import (
 type Response struct {
 	Head          []byte
 	Status        int
-	ReasonS       uint32 // reason phrase is head[reasonS:reasonE]
+	ReasonS       uint32 // reason phrase is head[ReasonS:ReasonE]
 	ReasonE       uint32
 	HTTP10        bool
 	ContentLength int64 // -1: none
@@ -102,7 +104,7 @@ func ParseResponse(r *Response, head []byte, fields []Field) error {
 			}
 			cl = n
 		case KindTransferEncoding:
-			if r.Chunked || !eqFold(val, "chunked") {
+			if r.Chunked || !ascii.EqualLower(val, "chunked") {
 				return ErrBadFraming
 			}
 			r.Chunked = true
@@ -133,7 +135,7 @@ func ParseResponse(r *Response, head []byte, fields []Field) error {
 	dropConnectionNamed(head, r.Fields)
 	if r.HasDate && named {
 		// A Date that Connection names is not forwarded: the front-end writes its own
-		// (RFC 9110 §6.6.1), as net/http's server does after removeHopByHop.
+		// (RFC 9110 §6.6.1), as net/http's server does once hop-by-hop fields are gone.
 		r.HasDate = false
 		for j := range r.Fields {
 			r.HasDate = r.HasDate || r.Fields[j].Kind == KindDate

@@ -1,6 +1,10 @@
 package h1wire
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/serve-zone/ingress/internal/ascii"
+)
 
 func allDigits(b []byte) bool {
 	for _, c := range b {
@@ -26,43 +30,6 @@ func parseContentLength(v []byte) (int64, bool) {
 	return n, true
 }
 
-// eqFold compares b with lower, an ASCII lowercase string, ignoring ASCII case.
-func eqFold(b []byte, lower string) bool {
-	if len(b) != len(lower) {
-		return false
-	}
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != lower[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// eqFoldBytes compares a and b ASCII case-insensitively.
-func eqFoldBytes[A, B string | []byte](a A, b B) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
-
 // hasTokenBytes reports whether the comma-separated list v contains tok (lowercase),
 // ignoring parameters (TE: trailers;q=1).
 func hasTokenBytes(v []byte, tok string) bool {
@@ -72,7 +39,7 @@ func hasTokenBytes(v []byte, tok string) bool {
 		if i := bytes.IndexByte(t, ';'); i >= 0 {
 			t = t[:i]
 		}
-		if eqFold(trimOWS(t), tok) {
+		if ascii.EqualLower(trimOWS(t), tok) {
 			return true
 		}
 	}
@@ -85,7 +52,7 @@ func hasConnToken(v []byte, tok string) bool {
 	for len(v) > 0 {
 		var t []byte
 		t, v, _ = bytes.Cut(v, []byte{','})
-		if eqFold(trimOWS(t), tok) {
+		if ascii.EqualLower(trimOWS(t), tok) {
 			return true
 		}
 	}

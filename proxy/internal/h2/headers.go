@@ -26,7 +26,7 @@ import (
 // left to one ReadFrame call, which used to read a whole block, are re-homed here and in
 // readLoop: the block's byte budget and its timeout run from the block's first byte over
 // all its frames (budgetReader.refill), and the abuse verdict on a block that goes on
-// past the limit counts the block's bytes (headerBlockBytes).
+// past the limit counts the block's bytes (headerBlock.bytes, protocolError).
 
 // headerBlock is the header block being read: one HEADERS frame and its CONTINUATIONs.
 // It belongs to the read loop (and is used under c.mu, like everything process does).

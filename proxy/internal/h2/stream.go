@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/serve-zone/ingress/internal/ascii"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -217,7 +218,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 		}
 		if !st.continued {
 			st.continued = true
-			if v, _ := st.req.Get("expect"); equalFold(v, "100-continue") {
+			if v, _ := st.req.Get("expect"); ascii.EqualLower(v, "100-continue") {
 				st.info = append(st.info, 100)
 				c.makeReady(st)
 			}
@@ -436,19 +437,3 @@ const minStreamBuffer = defaultMaxFrame
 var serve431 = HandlerFunc(func(st *Stream) {
 	_ = st.WriteHead(431, []hpack.HeaderField{{Name: "content-length", Value: "0"}}, nil, true)
 })
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"syscall"
+
+	"github.com/serve-zone/ingress/internal/ascii"
 )
 
 // TimeoutError is a net.Error whose Timeout is true, so that the proxy maps it to 504 as
@@ -60,23 +62,7 @@ func Replayable(method string, streamedBody, keyed bool) bool {
 
 // IdempotencyKey reports whether a field name is one of the idempotency keys, in any case.
 func IdempotencyKey[T string | []byte](name T) bool {
-	return eqFold(name, "idempotency-key") || eqFold(name, "x-idempotency-key")
-}
-
-func eqFold[T string | []byte](a T, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(b); i++ {
-		c := a[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != b[i] {
-			return false
-		}
-	}
-	return true
+	return ascii.EqualLower(name, "idempotency-key") || ascii.EqualLower(name, "x-idempotency-key")
 }
 
 // MayReplay is the one rule for sending a failed exchange again on a new connection:

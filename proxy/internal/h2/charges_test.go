@@ -2,13 +2,8 @@ package h2
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"net"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,63 +122,6 @@ func unservedConn(t *testing.T) (*Conn, net.Conn) {
 	return NewConn(nc, Config{IdleTimeout: time.Minute, ReadIdleTimeout: time.Minute}, echoHandler), client
 }
 
-// TestEndBeforeServe: Abort or Shutdown called after NewConn but before Serve (the
-// proxy registers a connection, where a penalty or a Shutdown may find it, before it
-// calls Serve) still starts the connection with the server preface, SETTINGS first
-// (RFC 9113 §3.4), then the GOAWAY, and ends it without waiting for an idle timeout.
-func TestEndBeforeServe(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		end  func(*Conn)
-		code http2.ErrCode
-		err  error
-	}{
-		{"Abort", (*Conn).Abort, http2.ErrCodeEnhanceYourCalm, errAborted},
-		{"Shutdown", (*Conn).Shutdown, http2.ErrCodeNo, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, client := unservedConn(t)
-			tc.end(c)
-			served := make(chan error, 1)
-			go func() { served <- c.Serve(context.Background()) }()
-			// The client's preface and SETTINGS may meet a socket the server already closed
-			// (an aborted connection is not drained: its late bytes get a reset), so a
-			// failed write is no failure; what the server sent before is read below.
-			_, _ = client.Write([]byte(http2.ClientPreface))
-			fr := http2.NewFramer(client, client)
-			_ = fr.WriteSettings()
-			_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
-			f, err := fr.ReadFrame()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := f.(*http2.SettingsFrame); !ok {
-				t.Fatalf("the server's first frame is %v, want SETTINGS", f.Header().Type)
-			}
-			for {
-				f, err := fr.ReadFrame()
-				if err != nil {
-					t.Fatalf("waiting for GOAWAY: %v", err)
-				}
-				if g, ok := f.(*http2.GoAwayFrame); ok {
-					if g.ErrCode != tc.code {
-						t.Fatalf("GOAWAY %v, want %v", g.ErrCode, tc.code)
-					}
-					break
-				}
-			}
-			select {
-			case err := <-served:
-				if !errors.Is(err, tc.err) && err != tc.err {
-					t.Fatalf("Serve: %v, want %v", err, tc.err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Serve still running 10 s after the GOAWAY")
-			}
-		})
-	}
-}
-
 // TestHeadersAfterGoAwayCharged: a request the client sends after our GOAWAY, above its
 // last stream id, is ignored and costs a reset token, as a stream refused for
 // concurrency does (it is refused, only silently): its head was decoded all the same,
@@ -219,87 +157,6 @@ func TestHeadersAfterGoAwayCharged(t *testing.T) {
 	if got := h.started.Load(); got != 1 {
 		t.Fatalf("%d handlers started, want 1", got)
 	}
-}
-
-// TestAbortRaces: Abort called twice at once, together with Shutdown and with the
-// client closing its end (Serve's own end), on connections with streams at work: every
-// connection ends, Serve returns, no handler is left running and no goroutine behind
-// (run with -race).
-func TestAbortRaces(t *testing.T) {
-	base := runtime.NumGoroutine()
-	var running atomic.Int64
-	h := HandlerFunc(func(st *Stream) {
-		running.Add(1)
-		defer running.Add(-1)
-		<-st.Context().Done()
-	})
-	ts := startServer(t, Config{}, h, false)
-	for i := range 40 {
-		p := newPeer(t, ts)
-		get(p, 1, true)
-		get(p, 3, true)
-		waitFor(t, "2 handlers", func() bool { return running.Load() == 2 })
-		c := ts.activeConn(t)
-		var wg sync.WaitGroup
-		wg.Go(c.Abort)
-		wg.Go(c.Abort)
-		if i%2 == 0 {
-			wg.Go(c.Shutdown)
-		}
-		if i%3 == 0 {
-			wg.Go(func() { p.nc.Close() })
-		}
-		wg.Wait()
-		select {
-		case <-ts.served:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: Serve still running 10 s after Abort", i)
-		}
-		c.Abort() // after the end: nothing
-		p.nc.Close()
-		if n := running.Load(); n != 0 {
-			t.Fatalf("round %d: %d handlers still running after Serve returned", i, n)
-		}
-	}
-	goroutinesBack(t, base)
-}
-
-// TestAbortIdle: Abort on an idle connection (its last stream answered, the stream's
-// worker parked for reuse, the read loop waiting with an idle deadline) ends it at once:
-// GOAWAY ENHANCE_YOUR_CALM naming the last stream, closed, Serve returning errAborted,
-// the parked worker gone.
-func TestAbortIdle(t *testing.T) {
-	base := runtime.NumGoroutine()
-	ts := startServer(t, Config{IdleTimeout: time.Minute, ReadIdleTimeout: time.Minute}, echoHandler, false)
-	p := newPeer(t, ts)
-	p.get(1, "/")
-	if st := p.expectResponse(1); st != "200" {
-		t.Fatalf("status %s", st)
-	}
-	c := ts.activeConn(t)
-	start := time.Now()
-	go c.Abort()
-	for {
-		f, err := p.next()
-		if err != nil {
-			t.Fatalf("waiting for GOAWAY: %v", err)
-		}
-		if g, ok := f.(*http2.GoAwayFrame); ok {
-			if g.ErrCode != http2.ErrCodeEnhanceYourCalm || g.LastStreamID != 1 {
-				t.Fatalf("GOAWAY %v last %d, want ENHANCE_YOUR_CALM last 1", g.ErrCode, g.LastStreamID)
-			}
-			break
-		}
-	}
-	p.expectClosed()
-	if err := <-ts.served; !errors.Is(err, errAborted) {
-		t.Fatalf("Serve: %v, want errAborted", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("the idle connection took %s to end", d)
-	}
-	p.nc.Close()
-	goroutinesBack(t, base)
 }
 
 // TestIgnoredBlockKeepsHPACK: a header block above the GOAWAY's last stream id is
