@@ -335,7 +335,7 @@ func (s summary) write(w io.Writer) {
 		if s.cpu > 0 {
 			perCPU = float64(len(all)) / s.cpu.Seconds()
 		}
-		sum.Extra = append(sum.Extra, fmt.Sprintf("proxy: CPU %.2f s (%.0f %% of one core), %.0f req per CPU-second, RSS %.1f MiB",
+		sum.Extra = append(sum.Extra, fmt.Sprintf("proxy: CPU %.2f s (%.1f %% of one core), %.0f req per CPU-second, RSS %.1f MiB",
 			s.cpu.Seconds(), 100*s.cpu.Seconds()/s.window.Seconds(), perCPU, float64(s.rssKiB)/1024))
 	}
 	sum.FirstErr = first
