@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/serve-zone/ingress/proxy/internal/tlsbuf"
 )
 
 // Idle connections without a read buffer or a goroutine.
@@ -39,13 +41,13 @@ import (
 // request is on its way: the connection does not park but waits for the rest under
 // ReadHeaderTimeout (recordInPart), so a client cannot hold a connection for longer
 // than the idle timeout by trickling a record a byte at a time. Whether crypto/tls holds
-// part of a record is read from its record buffer (tlsHeld, tlsbuf.go). Should that not
-// be known (a Go release without the field), the record bytes counted below crypto/tls
+// part of a record is read from its record buffer (proxy/internal/tlsbuf). Should that
+// not be known (a Go release without the field), the record bytes counted below crypto/tls
 // (rawnet.TCPConn.BytesRead) since the idle wait began stand in; counting bytes rather
 // than records, a complete record that carries no request (a TLS 1.3 KeyUpdate) during
 // the idle wait then also counts as a request on its way, so such a connection closes at
 // ReadHeaderTimeout after its park would have begun unless a request follows. At the
-// park, crypto/tls's empty input buffers are dropped too (tlsbuf.go), on HTTP/1.1 and
+// park, crypto/tls's empty input buffers are dropped too (tlsbuf.Drop), on HTTP/1.1 and
 // HTTP/2 connections alike.
 //
 // Ownership. A connection belongs to exactly one party at a time: its serving goroutine,
@@ -117,10 +119,10 @@ func (c *h1Conn) endParkedNow(graceful bool) {
 }
 
 // dropTLSBuffers lets a parking TLS connection's crypto/tls input buffers go when they
-// are empty (tlsbuf.go); the calling goroutine still owns the connection.
+// are empty (tlsbuf.Drop); the calling goroutine still owns the connection.
 func (c *h1Conn) dropTLSBuffers() {
 	if c.secure {
-		dropTLSBuffers(c.cc.tc)
+		tlsbuf.Drop(c.cc.tc)
 	}
 }
 
@@ -207,7 +209,7 @@ func (c *h1Conn) parkedDeadline() time.Time {
 // record, or plaintext not read yet): the read goes on at once. The read deadline set
 // applies; its error is the wait's.
 func (c *h1Conn) awaitIdle() error {
-	if !c.secure || !c.parkable || c.r != c.w || c.pace.Gap() < h1ParkSoon || !dropTLSBuffers(c.cc.tc) {
+	if !c.secure || !c.parkable || c.r != c.w || c.pace.Gap() < h1ParkSoon || !tlsbuf.Drop(c.cc.tc) {
 		return nil
 	}
 	putReadBuf(c.rbuf)
@@ -244,7 +246,7 @@ func (c *h1Conn) recordInPart(err error) bool {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return false
 	}
-	if held, ok := tlsHeld(c.cc.tc); ok {
+	if held, ok := tlsbuf.Held(c.cc.tc); ok {
 		return held
 	}
 	n, _ := c.cc.tlsIn() // record bytes taken since the wait began
