@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/proxy/internal/tlsbuf"
 	"github.com/serve-zone/ingress/routetable"
 )
@@ -415,7 +416,7 @@ func TestTLSParkedIdleTimeout(t *testing.T) {
 	testwait.Until(t, 2*idle, "the idle TLS connection parked", func() bool { return parkedOn(e.srv) == 1 })
 	// The read ends with the proxy's close_notify (io.EOF) or its close: the event itself.
 	took := pc.closedByProxy().Sub(answered)
-	if took < idle-100*time.Millisecond || took > idle+parkTick+h1IdleSlack+time.Second {
+	if took < idle-100*time.Millisecond || took > idle+park.Tick+h1IdleSlack+time.Second {
 		t.Errorf("closed %s after the answer; the idle timeout is %s", took, idle)
 	}
 	testwait.Until(t, 5*time.Second, "the connection counted closed", func() bool { return e.openH1() == 0 && parkedOn(e.srv) == 0 })
