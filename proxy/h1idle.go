@@ -23,7 +23,7 @@ import (
 // before. The parker also closes parked connections idle past IdleTimeout, and Shutdown
 // closes them at once like any idle connection. An idle connection then costs only its
 // connection state (about 3.6 KiB over TLS; a plain one is compacted further, to an
-// h1Sleeper of about 130 B: h1sleep_linux.go; bench/README.md, reliability/idle_test.go)
+// h1Sleeper of about 140 B: h1sleep_linux.go; bench/README.md, reliability/idle_test.go)
 // instead of a buffer and a goroutine stack. Busy connections never park: the hot path
 // is unchanged except for a pooled buffer instead of an allocated one. Elsewhere than
 // Linux nothing parks (park.CanPark).

@@ -16,8 +16,10 @@ type connLife struct {
 	park.Life
 	// cc is the connection's awake form: set when that is made (accept, before the
 	// connection is anyone else's; wake, in state Waking, which only its waker moves
-	// on from), and read by whoever ends the connection once the word says that its
-	// form cannot change any more (an ended state, or the awake state it moved from).
+	// on from), nil while it sleeps (set in state Sleeping: nothing of the awake form
+	// stays alive then), and read by whoever ends the connection once the word says
+	// that its form cannot change any more (an ended state, or the awake state it
+	// moved from).
 	cc *clientConn
 }
 
@@ -59,7 +61,9 @@ func (l *connLife) end(s *Server) {
 				return
 			}
 		case park.Closing:
-			l.cc.endAwake()
+			if cc := l.cc; cc != nil { // nil: it was asleep
+				cc.endAwake()
+			}
 			return
 		default:
 			return

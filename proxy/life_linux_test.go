@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/proxy/internal/park"
@@ -139,7 +141,8 @@ func resetWithin(t *testing.T, what string, c net.Conn, d time.Duration, tls boo
 }
 
 // TestLifeSleepWake: a plain connection's word through its forms: Idle while it waits
-// awake, Sleeping while its goroutine puts it to sleep, Asleep in the parker, Waking
+// awake, Sleeping while its goroutine puts it to sleep, Asleep in the parker (with
+// nothing of its awake form alive: the sleeper and its life hold none of it), Waking
 // while a goroutine rebuilds it for the next request, Idle again once that is answered,
 // and Closing once its client hung up, with everything given back.
 func TestLifeSleepWake(t *testing.T) {
@@ -149,9 +152,14 @@ func TestLifeSleepWake(t *testing.T) {
 	r := recordLife(t)
 	rc := newRawClient(t, e.http)
 	getOK(t, rc, "/a")
-	l := onlyFastPathConn(t, e.srv).life // awake for h1ParkAfter (parkCrowd is the default)
+	h := onlyFastPathConn(t, e.srv) // awake for h1ParkAfter (parkCrowd is the default)
+	l, awakeH1, awakeCC := h.life, weak.Make(h), weak.Make(h.cc)
 	waitState(t, "waiting awake", l, park.Idle, nil)
 	waitState(t, "asleep", l, park.Asleep, func() bool { return sleepers(e.srv) == 1 && fastPathConns(e.srv) == 0 })
+	testwait.Until(t, 10*time.Second, "the awake form collected while it sleeps", func() bool {
+		runtime.GC()
+		return awakeH1.Value() == nil && awakeCC.Value() == nil
+	})
 	getOK(t, rc, "/b")
 	waitState(t, "awake again", l, park.Idle, func() bool { return fastPathConns(e.srv) == 1 })
 	if r.life() != l {
