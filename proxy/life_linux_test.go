@@ -14,6 +14,7 @@ import (
 
 	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/proxy/internal/park"
+	"golang.org/x/net/http2"
 )
 
 // Who owns a connection at each step of its life (life.go): its one state word, read by
@@ -338,23 +339,23 @@ func TestLifeServerEndSteps(t *testing.T) {
 	}
 }
 
-// TestLifeParkedWhole: a TLS connection parks whole: Idle while it waits awake,
-// Parked in the parker, Idle again once its next request woke it; a strike while it is
-// parked claims it (Struck as the strike returns) and resets it; Shutdown claims it
+// TestLifeParkedWhole: a TLS connection parks whole: Parked in the parker (it stays in
+// the fast path's set), woken by its next request and parked again; a strike while it
+// is parked claims it (Struck as the strike returns) and resets it; Shutdown claims it
 // (Closing).
 func TestLifeParkedWhole(t *testing.T) {
 	skipUnlessParking(t)
 	for _, how := range []string{"strike", "shutdown"} {
 		t.Run(how, func(t *testing.T) {
 			e := tlsParkEnv(t)
+			e.srv.parkCrowd = 0 // park after h1ParkSoon
 			pc := newTLSParkClient(t, e)
 			pc.get("/a")
-			l := onlyFastPathConn(t, e.srv).life // awake for h1ParkAfter
-			waitState(t, "waiting awake", l, park.Idle, nil)
+			l := onlyFastPathConn(t, e.srv).life
 			waitState(t, "parked", l, park.Parked, func() bool { return parkedOn(e.srv) == 1 })
+			parks := parkedTotal.Load()
 			pc.get("/b")
-			waitState(t, "awake again", l, park.Idle, nil)
-			waitState(t, "parked again", l, park.Parked, func() bool { return parkedOn(e.srv) == 1 })
+			waitState(t, "parked again", l, park.Parked, func() bool { return parkedOn(e.srv) == 1 && parkedTotal.Load() > parks })
 			switch how {
 			case "strike":
 				if n := e.srv.clients.Strike(addrA); n != 1 {
@@ -377,5 +378,49 @@ func TestLifeParkedWhole(t *testing.T) {
 			}
 			nothingLeft(t, e)
 		})
+	}
+}
+
+// TestLifeH2Parked: an HTTP/2 connection's word says Active while its engine serves it
+// (with or without streams) and Parked once it parked; a strike either way wins it
+// (Struck as the strike returns) and its engine, resumed if it was parked, says GOAWAY
+// ENHANCE_YOUR_CALM before the end.
+func TestLifeH2Parked(t *testing.T) {
+	skipUnlessParking(t)
+	for _, useTLS := range []bool{false, true} {
+		for _, at := range []park.State{park.Active, park.Parked} {
+			t.Run(map[bool]string{false: "h2c", true: "tls"}[useTLS]+"/"+at.String(), func(t *testing.T) {
+				e := parkEnv(t)
+				p := dialH2Peer(t, e, useTLS, "life")
+				p.check(p.get("/a"), "/a")
+				l := onlyFastPathConn(t, e.srv).life // awake for h1ParkAfter (parkCrowd is the default)
+				if st := l.State(); st != park.Active {
+					t.Fatalf("served by its engine: the word says %s, want active", st)
+				}
+				if at == park.Parked {
+					waitState(t, "parked", l, park.Parked, func() bool { return parkedOn(e.srv) == 1 })
+				}
+				if n := e.srv.clients.Strike(addrA); n != 1 {
+					t.Fatalf("the strike found %d connections, want 1", n)
+				}
+				if st := l.State(); st != park.Struck {
+					t.Fatalf("struck while %s: the word says %s", at, st)
+				}
+				_ = p.nc.SetReadDeadline(time.Now().Add(strikeWithin))
+				ev, err := p.readUntil(func(f http2.Frame, ev *h2Event) bool {
+					ga, ok := f.(*http2.GoAwayFrame)
+					ev.goaway = ga
+					return ok
+				})
+				if err != nil || ev.goaway.ErrCode != http2.ErrCodeEnhanceYourCalm {
+					t.Fatalf("after the strike: %+v, %v; want GOAWAY ENHANCE_YOUR_CALM", ev.goaway, err)
+				}
+				endsWithin(t, "struck while "+at.String(), p.nc, strikeWithin)
+				testwait.UntilWhy(t, 10*time.Second, "everything given back", func() (bool, string) {
+					open, u, n := e.openH2(), e.srv.clients.Usage(addrA).Conns, parkedOn(e.srv)
+					return open == 0 && u == 0 && n == 0, fmt.Sprintf("open %d, budget %d, parked %d", open, u, n)
+				})
+			})
+		}
 	}
 }
