@@ -112,13 +112,6 @@ func (c *h1Conn) dropTLSBuffers() {
 	}
 }
 
-// A parked connection closes at its idle deadline (parkedDeadline: dlSetAt+IdleTimeout,
-// as when it waited on a goroutine) or up to park.Tick later, plus however far park
-// order is from deadline order (connections park h1ParkAfter after their dlSetAt, or
-// h1ParkSoon in a crowd, give or take scheduling: one that parked after h1ParkAfter may
-// wait behind one that parked after h1ParkSoon later, so up to h1ParkAfter-h1ParkSoon),
-// never earlier.
-
 // newParker makes the server's parker: its goroutines belong to the h1 wait group, it
 // refuses parks once the server drains, and it says what it did and what failed in the
 // server's log.
@@ -210,7 +203,11 @@ func (c *h1Conn) Unparked() {
 }
 
 // parkedDeadline is when a parked connection's idle timeout ends: IdleTimeout after its
-// idle wait began, as if it had kept waiting on its goroutine.
+// idle wait began, as if it had kept waiting on its goroutine. The parker ends it then
+// or up to park.Tick later, plus however far park order is from deadline order
+// (connections park h1ParkAfter after their dlSetAt, or h1ParkSoon in a crowd, give or
+// take scheduling: one that parked after h1ParkAfter may wait behind one that parked
+// after h1ParkSoon later, so up to h1ParkAfter-h1ParkSoon), never earlier.
 func (c *h1Conn) parkedDeadline() time.Time {
 	if c.h2c != nil {
 		return c.h2c.IdleDeadline()

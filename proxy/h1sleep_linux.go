@@ -86,7 +86,7 @@ func (c *h1Conn) sleep(pk *park.Parker) bool {
 	_ = cc.Conn.Close() // Go's descriptor and poll registration; the socket stays open
 	c.life.cc = nil     // nothing of the awake form stays alive while it sleeps
 	lifeStep(c.life, park.Sleeping)
-	if pk.Park(sl, c.dlSetAt.Add(s.cfg.IdleTimeout)) {
+	if pk.Park(sl, c.parkedDeadline()) {
 		return true
 	}
 	// Not parked: the server drains, the registration failed, or a strike came.
