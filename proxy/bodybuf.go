@@ -27,7 +27,9 @@ import (
 // and hands chunked and larger ones to net/http.
 //
 // Held bytes live in bufPool's buffers, taken as the body grows and given back when
-// the exchange is over (release); a request without a body takes none.
+// the exchange is over (release); a request without a body takes none. Each buffer is
+// counted against the bound over all requests (Config.RequestBufferTotal, bounds.go):
+// a body that finds it spent holds no more and streams, as a larger one does.
 
 // holdRoom is what one pooled buffer holds of a body: the rest is room for a chunk's
 // size line before the data and its CRLF after it (uploader.send frames in place).
@@ -57,6 +59,12 @@ func (s *Server) holdBody(up *uploader) (outcome, bool) {
 	for up.heldN <= bound {
 		i, off := int(up.heldN/holdRoom), int(up.heldN%holdRoom)
 		if i == len(up.held) {
+			if !s.takeHeld(copyBufSize) {
+				// All requests together hold their bound (bounds.go): this body
+				// streams, what it holds first.
+				return 0, false
+			}
+			up.srv = s
 			up.held = append(up.held, bufPool.Get().(*[copyBufSize]byte))
 		}
 		want := int(min(int64(holdRoom-off), bound+1-up.heldN))
@@ -80,6 +88,7 @@ func (u *uploader) release() {
 	for i, b := range u.held {
 		bufPool.Put(b)
 		u.held[i] = nil
+		u.srv.giveHeld(copyBufSize)
 	}
 	u.held, u.heldN, u.whole = nil, 0, false
 }

@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
 	"go.uber.org/zap"
 
 	"github.com/serve-zone/ingress/proxy/internal/clients"
@@ -25,13 +23,14 @@ import (
 //
 //   - A connection takes its place at accept (TCP: the listeners' Accept, before any TLS
 //     or HTTP work; one over the budget is reset). QUIC: quic.Config.GetConfigForClient,
-//     asked at a connection's first Initial packet, refuses one over the budget, or from
-//     a penalised address (issue 25's finding 2), with CONNECTION_REFUSED before any
-//     handshake work (refuseQUIC); an accepted connection takes its place once its
-//     handshake completed (admitQUIC), since an Initial's source address is not yet
-//     validated. That is the one lookup per connection (proxy/internal/clients: a
-//     sharded map under a mutex); the connection keeps its clients.Hold and gives it
-//     back when it closes.
+//     asked at a connection's first Initial packet, refuses one from a penalised address
+//     (issue 25's finding 2) or over the budget with CONNECTION_REFUSED before any
+//     handshake work (refuseQUIC); then the transport's ConnContext takes the place,
+//     still before any handshake work, and counts the connection among its address's
+//     handshakes in progress until the handshake completes (quichs.go: startQUIC, with
+//     a Retry to prove an address that has many in progress). That is the one lookup
+//     per connection (proxy/internal/clients: a sharded map under a mutex); the
+//     connection keeps its clients.Hold and gives it back when it closes.
 //   - A request is admitted by the forwarding core (decide), for every front-end in one
 //     place, with one atomic add on the hold's entry: no map, no lock, no allocation. One
 //     over the budget gets outcomeRequestBudget, which the HTTP/2 front-end renders as
@@ -124,13 +123,13 @@ func (s *Server) admitConn(cc *clientConn, raw net.Conn, a netip.Addr) bool {
 		}
 		return true
 	}
+	s.refused(stats.RefusalConnections, a) // counted before the client can see the reset
 	if tc, ok := raw.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0) // a reset, no TIME_WAIT kept
 	}
 	if raw != nil {
 		_ = raw.Close()
 	}
-	s.refused(stats.RefusalConnections, a)
 	return false
 }
 
@@ -204,8 +203,8 @@ var errQUICRefused = errors.New("proxy: QUIC connection refused: the client addr
 // refuseQUIC is quic.Config.GetConfigForClient's check on a new QUIC connection from
 // remote, before any handshake work: an address penalised for abuse is refused
 // (counted as http3-penalty), and so is one that has its budget of connections
-// (counted as connections). The place itself is taken when the connection is admitted
-// (admitQUIC). Trusted proxies are neither penalised nor counted.
+// (counted as connections). The place itself is taken right after (startQUIC).
+// Trusted proxies are neither penalised nor counted.
 func (s *Server) refuseQUIC(remote net.Addr) error {
 	ua, ok := remote.(*net.UDPAddr)
 	if !ok {
@@ -250,37 +249,23 @@ func (s *Server) newQUICRefusal(ap netip.AddrPort) bool {
 	return true
 }
 
-// admitQUIC takes hc's place in its client address's budget, once: when its handshake
-// completed (the watcher), or at its first request if that comes first. Not earlier: an
-// Initial packet's source address is not validated, and a spoofer could otherwise
-// spend a victim's budget with connections that never complete. A connection that
-// finds the budget spent (it raced past refuseQUIC's check) is closed with
-// H3_EXCESSIVE_LOAD and counted. Trusted proxies' connections keep a zero hold.
+// admitQUIC is hc's place in its client address's budget, which it took at its first
+// packet (quichs.go: startQUIC), and marks its handshake completed, once: when the
+// watcher saw it complete, or at the first request if that comes first. A trusted
+// proxy's connection has a zero hold, and so has one that did not come through our
+// transport.
 func (s *Server) admitQUIC(hc *h3Conn) *clients.Hold {
-	hc.admit.Do(func() {
-		ua, ok := hc.conn.RemoteAddr().(*net.UDPAddr)
-		if !ok {
-			return
-		}
-		a := ua.AddrPort().Addr()
-		if s.isTrustedAddr(a) || s.clients.Open(&hc.hold, a, hc) {
-			return
-		}
-		s.refused(stats.RefusalConnections, a)
-		_ = hc.conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "too many connections from this address")
-	})
-	return &hc.hold
+	if hc.hs == nil {
+		return &noHold
+	}
+	hc.hs.done()
+	return &hc.hs.hold
 }
 
-// releaseQUIC gives hc's place back when the connection ended (its watcher); a
-// connection that ended before it was admitted is never admitted afterwards.
+// releaseQUIC gives hc's place back when the connection ended (its watcher); its
+// context's end does the same (quicHandshake.ended), whichever comes first.
 func (s *Server) releaseQUIC(hc *h3Conn) {
-	hc.admit.Do(func() {})
-	hc.hold.Close()
-}
-
-// End ends the QUIC connection for abuse (clients.Ender): CONNECTION_CLOSE with
-// H3_EXCESSIVE_LOAD; its requests' contexts end, its watcher gives its place back.
-func (hc *h3Conn) End() {
-	_ = hc.conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "abuse from this address")
+	if hc.hs != nil {
+		hc.hs.ended()
+	}
 }

@@ -109,7 +109,7 @@ func TestRefusalMetrics(t *testing.T) {
 		t.Fatalf("C's QUIC handshake: %v; want CONNECTION_REFUSED", err)
 	}
 
-	want := map[string]float64{"connections": 1, "requests": 1, "tunnels": 1, "penalty": 1, "http3-penalty": 1, "proxy-protocol": 0}
+	want := map[string]float64{"connections": 1, "requests": 1, "tunnels": 1, "penalty": 1, "http3-penalty": 1, "proxy-protocol": 0, "descriptors": 0, "max-requests": 0, "handshakes": 0}
 	got := refusalSeries(t, e.totals)
 	for k, v := range want {
 		if got[k] != v {

@@ -125,8 +125,8 @@ type clientConn struct {
 	lastHost            *stats.Host // hostname of the last request; nil for unknown hosts
 
 	// pending holds bytes the fast path read but did not consume before it handed the
-	// connection to net/http (h1serve.go); Read returns them first. They were counted
-	// when they were read.
+	// connection to net/http (h1serve.go); Read returns them first, and drops the slice
+	// once it is read. They were counted when they were read.
 	pending []byte
 }
 
@@ -150,6 +150,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	if len(c.pending) > 0 {
 		n := copy(p, c.pending)
 		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			c.pending = nil
+		}
 		return n, nil
 	}
 	if c.tc != nil && !c.handshook.Load() {

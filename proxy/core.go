@@ -45,10 +45,14 @@ type verdict struct {
 	// with done when the request (or tunnel) is over.
 	held   *clients.Hold
 	tunnel bool
+	// bounded is the server whose bound of requests in flight the request was admitted
+	// under (bounds.go); nil when it was refused.
+	bounded *Server
 }
 
-// done gives back what the verdict's admission took of its address's budget; the
-// front-end calls it once, when the request or tunnel is over.
+// done gives back what the verdict's admission took of its address's budget and of the
+// bound over all clients; the front-end calls it once, when the request or tunnel is
+// over.
 func (v *verdict) done() {
 	switch {
 	case v.held == nil:
@@ -56,6 +60,9 @@ func (v *verdict) done() {
 		v.held.EndTunnel()
 	default:
 		v.held.EndRequest()
+	}
+	if v.bounded != nil {
+		v.bounded.endRequest()
 	}
 }
 
@@ -88,8 +95,9 @@ func (r *request) attribute(s *Server, h *stats.Host) {
 }
 
 // decide is the one decision on a request, in this order: admission under the client
-// address's budget (503 with Retry-After: 1 for a request or tunnel over it, before
-// anything else: budgets.go), 503 without a table, 421 for a host the connection's
+// address's budget, then under the bound of requests in flight over all clients (503
+// with Retry-After: 1 for a request or tunnel over either, before anything else:
+// budgets.go, bounds.go), 503 without a table, 421 for a host the connection's
 // certificate does not cover, 404 for a host no route names, 308 to HTTPS on plain HTTP
 // when the route asks for it, 405 for a CONNECT that is no WebSocket, then a tunnel or
 // a forward. The connection is counted under the route it reaches (contract §5), and an
@@ -97,14 +105,23 @@ func (r *request) attribute(s *Server, h *stats.Host) {
 // over.
 func (s *Server) decide(r *request) verdict {
 	h := s.holdOf(r)
-	if !s.admit(h, r.websocket) {
+	refused := !s.admit(h, r.websocket)
+	if !refused && !s.startRequest(h.Addr()) {
+		refused = true
+		if r.websocket {
+			h.EndTunnel()
+		} else {
+			h.EndRequest()
+		}
+	}
+	if refused {
 		if r.websocket {
 			return verdict{o: outcomeTunnelBudget}
 		}
 		return verdict{o: outcomeRequestBudget}
 	}
 	v := s.verdictFor(r)
-	v.held, v.tunnel = h, r.websocket
+	v.held, v.tunnel, v.bounded = h, r.websocket, s
 	return v
 }
 
@@ -172,13 +189,18 @@ func (w *targetWalk) done() { w.b.State.InFlight.Add(-1) }
 
 // missed records the current target's failure o, caused by err: it leaves the target's
 // count, a connect failure marks the target down, and a backend failure is counted and
-// logged (errors.go). It reports whether the request goes to another target: only after
-// a connect failure, and only when again (nothing of the request was consumed).
+// logged (errors.go); our own want of descriptors is counted and logged as such, and
+// ends the walk (every other target would need one too). It reports whether the
+// request goes to another target: only after a connect failure, and only when again
+// (nothing of the request was consumed).
 func (w *targetWalk) missed(o outcome, err error, again bool) bool {
 	w.b.State.InFlight.Add(-1)
 	w.last = o
-	if o == outcomeConnect {
+	switch o {
+	case outcomeConnect:
 		markDown(w.b)
+	case outcomeDescriptors:
+		w.s.shortOfDescriptors(w.e, w.b, err)
 	}
 	w.s.failed(o, w.e, w.b, err)
 	return o == outcomeConnect && again

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,6 +42,7 @@ const (
 	outcomeExpectation                     // an Expect other than 100-continue: 417 (RFC 9110 §10.1.1), as net/http answers it
 	outcomeRequestBudget                   // the client's address has its budget of requests in flight (budgets.go): 503 with Retry-After: 1 (HTTP/2: REFUSED_STREAM)
 	outcomeTunnelBudget                    // the client's address has its budget of open tunnels: 503 with Retry-After: 1
+	outcomeDescriptors                     // dialling the target failed for want of a descriptor of our own (EMFILE, ENFILE): 503 with Retry-After: 1, not a backend failure
 	numOutcomes
 )
 
@@ -59,7 +61,7 @@ func (o outcome) status() int {
 		return http.StatusExpectationFailed
 	case outcomeBodyTimeout:
 		return http.StatusRequestTimeout
-	case outcomeNoTable, outcomeUnavailable, outcomeRequestBudget, outcomeTunnelBudget:
+	case outcomeNoTable, outcomeUnavailable, outcomeRequestBudget, outcomeTunnelBudget, outcomeDescriptors:
 		return http.StatusServiceUnavailable
 	case outcomeUnknownHost:
 		return http.StatusNotFound
@@ -89,15 +91,18 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return "dial target: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
-// classifyUpstream maps an error of the exchange with a target: a dial failure, a
-// timeout awaiting the answer, or any other failure of the request (the fast path's
-// client-gone check included).
+// classifyUpstream maps an error of the exchange with a target: a dial failure (our own
+// want of descriptors apart: no fault of the target's), a timeout awaiting the answer,
+// or any other failure of the request (the fast path's client-gone check included).
 func classifyUpstream(err error) outcome {
 	if err == errClientGone {
 		return outcomeClientGone
 	}
 	var de *dialError
 	if errors.As(err, &de) {
+		if errors.Is(de.err, syscall.EMFILE) || errors.Is(de.err, syscall.ENFILE) {
+			return outcomeDescriptors
+		}
 		return outcomeConnect
 	}
 	var ne net.Error
@@ -130,6 +135,21 @@ func (s *Server) failed(o outcome, e *routetable.Entry, b *routetable.Backend, e
 			zap.String("target", b.Addr),
 			zap.String("kind", k.String()),
 			zap.String("error", errText(err, o)),
+			zap.Int64("unlogged", unlogged))
+	}
+}
+
+// shortOfDescriptors counts and logs (rate-limited, with the cause) a request that could
+// not be sent because the ingress had no descriptor for its target's connection: the
+// operator's limit (--max-conns-per-client, the process's RLIMIT_NOFILE) is what to
+// look at, not the target, which is neither marked down nor charged a failure.
+func (s *Server) shortOfDescriptors(e *routetable.Entry, b *routetable.Backend, err error) {
+	s.totals.Refusal(stats.RefusalDescriptors)
+	if ok, unlogged := allowLog(&s.fdLoggedAt, &s.fdUnlogged, failureLogEvery); ok {
+		s.log.Error("out of file descriptors: a request could not be sent to its target",
+			zap.String("host", e.Hostname),
+			zap.String("target", b.Addr),
+			zap.String("error", err.Error()),
 			zap.Int64("unlogged", unlogged))
 	}
 }
@@ -220,8 +240,9 @@ var fixedAnswers = func() (t [numOutcomes]*fixedAnswer) {
 		switch outcome(o) {
 		case outcomeNoTable, outcomeUnavailable:
 			fa.fields = append(fa.fields, field("Retry-After", "5"))
-		case outcomeRequestBudget, outcomeTunnelBudget:
-			// The client's own requests or tunnels end soon: try again in a second.
+		case outcomeRequestBudget, outcomeTunnelBudget, outcomeDescriptors:
+			// The client's own requests or tunnels end soon, descriptors are given back
+			// all the time: try again in a second.
 			fa.fields = append(fa.fields, field("Retry-After", "1"))
 		case outcomeMethodNotAllowed:
 			fa.fields = append(fa.fields, field("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"))

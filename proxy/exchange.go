@@ -54,21 +54,39 @@ type upWork struct {
 	res       h1wire.Response
 	resFields [h1wire.MaxFields]h1wire.Field
 	wb        []byte // the outgoing request (and, later, the client's response head)
-	ubuf      [h1Headroom + h1UpBuf]byte
-	up        []byte // ubuf, or a larger buffer for a huge response head
-	resHead   int    // length of the response head in up[h1Headroom:]
-	filled    int    // bytes read into up[h1Headroom:]
+	// ubuf is the target's answer's read buffer, taken from upBufs by the exchange
+	// (ready) and given back by reset: a request that waits for its body (holdBody)
+	// holds none (issue 33: 33 KB per request in flight).
+	ubuf    *[h1Headroom + h1UpBuf]byte
+	up      []byte // ubuf, or a larger buffer for a huge response head; nil before the exchange
+	resHead int    // length of the response head in up[h1Headroom:]
+	filled  int    // bytes read into up[h1Headroom:]
 }
+
+var upBufs = sync.Pool{New: func() any { return new([h1Headroom + h1UpBuf]byte) }}
 
 func (w *upWork) init() {
 	w.wb = make([]byte, 0, 4<<10)
-	w.up = w.ubuf[:]
+}
+
+// ready gives w its read buffer before an exchange.
+func (w *upWork) ready() {
+	if w.ubuf == nil {
+		w.ubuf = upBufs.Get().(*[h1Headroom + h1UpBuf]byte)
+	}
+	if w.up == nil {
+		w.up = w.ubuf[:]
+	}
 }
 
 // reset prepares w for the pool.
 func (w *upWork) reset() {
 	w.res = h1wire.Response{}
-	w.up = w.ubuf[:]
+	w.up = nil
+	if w.ubuf != nil {
+		upBufs.Put(w.ubuf)
+		w.ubuf = nil
+	}
 	if cap(w.wb) > 64<<10 {
 		w.wb = make([]byte, 0, 4<<10)
 	}
@@ -99,6 +117,7 @@ type attempt struct {
 // lost by sending it again, unless a.up (a body sent as it comes) took some of it beyond
 // what the core holds (holdBody: a body held whole is sent again from memory).
 func (s *Server) exchange(w *upWork, a attempt) (*upstream.Conn, error) {
+	w.ready()
 	ps := s.up.Pools
 	up := a.up
 	var uc *upstream.Conn

@@ -377,8 +377,10 @@ func (c *h1Conn) finish(handoff bool) {
 		// the fast path.
 		_ = c.cc.SetWriteDeadline(time.Time{})
 		if c.w > c.r {
-			c.cc.pending = c.rbuf[c.r:c.w]
+			c.cc.pending = bytes.Clone(c.rbuf[c.r:c.w]) // dropped once read (clientConn.Read)
 		}
+		putReadBuf(c.rbuf) // not kept for the handed-off connection's life (issue 33)
+		c.rbuf = nil
 		c.ho.handoff(c.cc)
 		return
 	}

@@ -49,6 +49,7 @@ type uploader struct {
 	holdArr [4]*[copyBufSize]byte // held's first buffers, without an allocation
 	heldN   int64
 	whole   bool
+	srv     *Server // whose bound of held bytes held's buffers count against
 
 	uc   *upstream.Conn
 	cont chan struct{} // closed when the body may go (expect); by the forwarding goroutine only
@@ -173,17 +174,23 @@ func (u *uploader) run() {
 		u.finish()
 		return
 	}
-	bp := bufPool.Get().(*[copyBufSize]byte)
-	defer bufPool.Put(bp)
-	buf := bp[:]
-	data := buf[chunkPre : len(buf)-2]
 	for {
-		n, err := u.src.Read(data)
+		// A body that waits for its client holds no buffer while it waits (issue 33:
+		// 32 KiB per streaming request in flight): one is taken for each read.
+		if w, ok := u.src.(dataWaiter); ok {
+			w.waitData()
+		}
+		bp := bufPool.Get().(*[copyBufSize]byte)
+		buf := bp[:]
+		n, err := u.src.Read(buf[chunkPre : len(buf)-2])
+		more := true
 		if n > 0 {
 			u.took.Store(true)
-			if !u.send(buf, n) {
-				return
-			}
+			more = u.send(buf, n)
+		}
+		bufPool.Put(bp)
+		if !more {
+			return
 		}
 		switch {
 		case err == io.EOF:
@@ -261,6 +268,10 @@ func (u *uploader) outcome() (outcome, bool) {
 	return u.src.failure(u.clientErr), true
 }
 
+// dataWaiter is a bodySource that can wait, without a buffer, until its next Read
+// would not wait (bytes came, the body ended or failed).
+type dataWaiter interface{ waitData() }
+
 // bodySource is a request body as the uploader reads it.
 type bodySource interface {
 	Read(p []byte) (int, error)
@@ -313,6 +324,16 @@ func (b *h2Body) Read(p []byte) (int, error) {
 		b.bytes, b.waited = 0, 0 // the next window starts
 	}
 	return n, err
+}
+
+// waitData waits as Read would, reading nothing: the engine's Read with no room returns
+// once bytes are there, or with the body's end or failure, which the next Read returns
+// again. While the body is paced (held) it does nothing: holdBody reads into buffers it
+// holds anyway.
+func (b *h2Body) waitData() {
+	if !b.paced {
+		_, _ = b.st.Read(nil)
+	}
 }
 
 func (b *h2Body) stop()                         { b.st.CloseRead() }

@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/serve-zone/ingress/proxy/internal/clients"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -58,6 +58,19 @@ type h3Server struct {
 	// stop is closed when the HTTP/3 server is closed: watchers close what is left.
 	stop     chan struct{}
 	stopOnce sync.Once
+	// tlsConfig and quicConfig are the QUIC listener's (serveHTTP3). tr and ln are the
+	// transport over pc (ours, for its VerifySourceAddress and ConnContext: quichs.go)
+	// and its listener, set by serveHTTP3 and closed by shutdownHTTP3 and stopHTTP3
+	// (guarded by Server.mu); stopped says stopHTTP3 ran.
+	tlsConfig  *tls.Config
+	quicConfig *quic.Config
+	tr         *quic.Transport
+	ln         *quic.EarlyListener
+	stopped    bool
+	// handshakes counts the QUIC handshakes in progress, maxHandshakes bounds them
+	// (quichs.go).
+	handshakes    atomic.Int64
+	maxHandshakes int64
 }
 
 // h3Conn is one QUIC connection's attribution state, kept in its requests' context.
@@ -65,11 +78,11 @@ type h3Conn struct {
 	conn            *quic.Conn
 	sni             sync.Once // the SNI attribution, once the handshake is complete
 	connAttribution           // counted once under a hostname
-	// hold is the connection's place in its client address's budgets (budgets.go),
-	// taken once its handshake completed (admit), given back when the connection ends;
-	// zero for a trusted proxy's.
-	hold  clients.Hold
-	admit sync.Once
+	// hs holds the connection's place in its client address's budgets (budgets.go),
+	// taken at its first packet and given back when it ends (quichs.go); its hold is
+	// zero for a trusted proxy's. nil for a connection that did not come through our
+	// transport.
+	hs *quicHandshake
 }
 
 type h3ConnKey struct{}
@@ -107,6 +120,8 @@ func (s *Server) newHTTP3Server() {
 		}
 		return qc, nil
 	}
+	s.h3.tlsConfig, s.h3.quicConfig = tlsCfg, qc
+	s.h3.maxHandshakes = defaultQUICHandshakes(machineMemory())
 	s.h3.srv = &http3.Server{
 		TLSConfig:      tlsCfg,
 		QUICConfig:     qc,
@@ -190,21 +205,48 @@ func (s *Server) HTTP3Addr() net.Addr {
 }
 
 // serveHTTP3 serves HTTP/3 on pc until the HTTP/3 server is shut down or closed (then it
-// returns nil) or the socket fails.
+// returns nil) or the socket fails. The QUIC transport is ours, not http3's: its
+// VerifySourceAddress asks for a Retry and its ConnContext takes a connection's budget
+// place at its first packet (quichs.go).
 func (s *Server) serveHTTP3(pc net.PacketConn) error {
-	err := s.h3.srv.Serve(pc)
+	tr := &quic.Transport{Conn: pc, VerifySourceAddress: s.retryQUIC, ConnContext: s.startQUIC}
+	ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(s.h3.tlsConfig), s.h3.quicConfig)
+	if err != nil {
+		_ = tr.Close()
+		return fmt.Errorf("proxy: HTTP/3 listener: %w", err)
+	}
+	s.mu.Lock()
+	stopped := s.h3.stopped
+	if !stopped {
+		s.h3.tr, s.h3.ln = tr, ln
+	}
+	s.mu.Unlock()
+	if stopped {
+		_ = ln.Close()
+		_ = tr.Close()
+		return nil
+	}
+	err = s.h3.srv.ServeListener(ln)
 	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, quic.ErrServerClosed) {
 		return nil
 	}
 	return err
 }
 
-// shutdownHTTP3 sends GOAWAY on every QUIC connection and waits until their requests
-// have finished or ctx is done (then it closes them).
+// shutdownHTTP3 stops new QUIC connections (handshakes in flight are refused), sends
+// GOAWAY on every QUIC connection and waits until their requests have finished or ctx is
+// done (then it closes them).
 func (s *Server) shutdownHTTP3(ctx context.Context) {
-	if s.h3.srv != nil {
-		_ = s.h3.srv.Shutdown(ctx)
+	if s.h3.srv == nil {
+		return
 	}
+	s.mu.Lock()
+	ln := s.h3.ln
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	_ = s.h3.srv.Shutdown(ctx)
 }
 
 // closeHTTP3 closes every QUIC connection at once and waits for their handlers.
@@ -214,10 +256,18 @@ func (s *Server) closeHTTP3() {
 	}
 }
 
-// stopHTTP3 closes the UDP socket and releases the watchers. Called with s.mu held, after
-// the HTTP/3 server was shut down or closed (or never served).
+// stopHTTP3 closes the QUIC listener and transport (every connection left with them)
+// and the UDP socket, and releases the watchers. Called with s.mu held, after the HTTP/3
+// server was shut down or closed (or never served).
 func (s *Server) stopHTTP3() {
+	s.h3.stopped = true
 	s.h3.stopOnce.Do(func() { close(s.h3.stop) })
+	if s.h3.ln != nil {
+		_ = s.h3.ln.Close()
+	}
+	if s.h3.tr != nil {
+		_ = s.h3.tr.Close()
+	}
 	if s.h3.pc != nil {
 		_ = s.h3.pc.Close()
 	}
@@ -227,6 +277,10 @@ func (s *Server) stopHTTP3() {
 // watcher.
 func (s *Server) h3ConnContext(ctx context.Context, c *quic.Conn) context.Context {
 	hc := &h3Conn{conn: c}
+	if hs, _ := c.Context().Value(quicHandshakeKey{}).(*quicHandshake); hs != nil {
+		hc.hs = hs
+		hs.accepted(c)
+	}
 	s.totals.Conn(stats.ProtoHTTP3, 1)
 	s.h3.conns.Add(1)
 	go s.watchHTTP3(hc)

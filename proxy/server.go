@@ -178,6 +178,17 @@ type Config struct {
 	ProxyProtocolFrom []netip.Prefix
 	// ProxyProtocolTimeout bounds the wait for that header from the accept (0 -> 5s).
 	ProxyProtocolTimeout time.Duration
+	// MaxRequests bounds the requests and WebSocket tunnels in flight over all clients
+	// together, every protocol (0 -> derived from the machine's memory and descriptor
+	// limit: bounds.go; negative: no limit). One more is refused as one over its
+	// address's budget is: REFUSED_STREAM on HTTP/2, 503 with Retry-After: 1 elsewhere.
+	MaxRequests int
+	// RequestBufferTotal bounds the bytes of request bodies all requests together hold
+	// before their targets are chosen (RequestBuffer each), counted in 32 KiB buffers
+	// (0 -> a 128th of the machine's memory, at least 16 MiB: bounds.go;
+	// negative: no limit). Past it a body is not held: it streams to its target as
+	// one larger than RequestBuffer does.
+	RequestBufferTotal int64
 
 	// What the package's own tests choose (no flag or exported field sets them):
 	// stdH2 serves h2 and h2c with net/http's HTTP/2 server instead of the own engine (the
@@ -215,6 +226,9 @@ type Server struct {
 	// bodyBound is Config.RequestBuffer with its default applied; 0 holds no body
 	// (holdBody, bodybuf.go).
 	bodyBound int64
+	// bounds are the bounds over all clients: requests in flight, held bodies
+	// (bounds.go).
+	bounds serverBounds
 	// up holds the targets' connections, for every exchange (exchange.go).
 	up        *targetPools
 	tlsConfig *tls.Config
@@ -244,6 +258,9 @@ type Server struct {
 	hsCerts sync.Map
 	// hsLoggedAt and hsUnlogged rate-limit the TLS handshake failure lines (errors.go).
 	hsLoggedAt, hsUnlogged atomic.Int64
+	// fdLoggedAt and fdUnlogged rate-limit the lines about dials that found no
+	// descriptor (errors.go).
+	fdLoggedAt, fdUnlogged atomic.Int64
 	// penalties are the client addresses refused at accept for abuse; the gates
 	// rate-limit the lines about penalties and refusals (penalize.go).
 	penalties                        *penalty.Table
@@ -328,6 +345,7 @@ func New(cfg Config) (*Server, error) {
 		bodyBound: max(cfg.RequestBuffer, 0),
 		parkCrowd: h1ParkCrowd,
 	}
+	s.bounds.init(cfg)
 	if cfg.RequestBuffer == 0 {
 		s.bodyBound = defaultRequestBuffer
 	}

@@ -66,7 +66,7 @@ func upgrade[S headFields](s *Server, walk *targetWalk, w *upWork, src S, h *out
 			walk.missed(o, err, true) // marked down; the next target is tried
 			continue
 		}
-		if o != outcomeClientGone {
+		if o != outcomeClientGone && o != outcomeDescriptors {
 			o = outcomeHandshake
 		}
 		walk.missed(o, err, false)

@@ -56,7 +56,7 @@ func NewCollector(reg *Registry, totals *Totals, opts CollectorOptions) promethe
 		tunnelIdle: prometheus.NewDesc("ingress_tunnels_closed_idle_total",
 			"Tunnels (WebSockets over HTTP/1.1, HTTP/2 and HTTP/3) closed because no byte passed either way for the tunnel idle timeout.", nil, nil),
 		refusals: prometheus.NewDesc("ingress_refusals_total",
-			"What was refused to a client before any target saw it, by kind: connections, requests and tunnels over their address's budget, connections of penalised addresses (penalty on TCP, http3-penalty on QUIC), a trusted balancer's connections with a bad or missing PROXY protocol header (proxy-protocol).", []string{"kind"}, nil),
+			"What was refused to a client before any target saw it, by kind: connections, requests and tunnels over their address's budget, connections of penalised addresses (penalty on TCP, http3-penalty on QUIC), a trusted balancer's connections with a bad or missing PROXY protocol header (proxy-protocol), requests the ingress could not send for want of file descriptors (descriptors), requests and tunnels over the bound of requests in flight over all clients (max-requests), QUIC handshakes over the bounds of handshakes in progress (handshakes).", []string{"kind"}, nil),
 		hostRequests: prometheus.NewDesc("ingress_host_requests_total",
 			"Requests for a route hostname today (UTC); resets at midnight.", []string{"hostname"}, nil),
 		hostBytes: prometheus.NewDesc("ingress_host_bytes_total",

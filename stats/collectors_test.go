@@ -77,6 +77,9 @@ func TestCollectorReadsTotals(t *testing.T) {
 	tot.Refusal(RefusalHTTP3Penalty)
 	tot.Refusal(RefusalProxyProtocol)
 	tot.Refusal(RefusalProxyProtocol)
+	tot.Refusal(RefusalDescriptors)
+	tot.Refusal(RefusalMaxRequests)
+	tot.Refusal(RefusalHandshakes)
 	tot.Refusal(RefusalKind(99)) // unknown: ignored
 	tot.TunnelClosedIdle()
 	tot.TunnelClosedIdle()
@@ -101,6 +104,9 @@ counter ingress_refusals_total{kind="tunnels"} 1
 counter ingress_refusals_total{kind="penalty"} 1
 counter ingress_refusals_total{kind="http3-penalty"} 1
 counter ingress_refusals_total{kind="proxy-protocol"} 2
+counter ingress_refusals_total{kind="descriptors"} 1
+counter ingress_refusals_total{kind="max-requests"} 1
+counter ingress_refusals_total{kind="handshakes"} 1
 counter ingress_tunnels_closed_idle_total{} 3
 counter ingress_unknown_host_requests_total{} 1
 counter ingress_request_bytes_total{direction="in",protocol="http1"} 15

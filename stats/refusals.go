@@ -23,6 +23,16 @@ const (
 	// protocol header was malformed, truncated or did not come in time, closed before
 	// any TLS or HTTP.
 	RefusalProxyProtocol
+	// RefusalDescriptors: a request the ingress could not send for want of a file
+	// descriptor of its own (EMFILE or ENFILE dialling its target): 503, not the
+	// target's failure.
+	RefusalDescriptors
+	// RefusalMaxRequests: a request or tunnel over the bound of requests in flight over
+	// all clients (--max-requests): REFUSED_STREAM on HTTP/2, 503 elsewhere.
+	RefusalMaxRequests
+	// RefusalHandshakes: a QUIC connection over the bounds of handshakes in progress,
+	// its address's or all addresses' (CONNECTION_REFUSED).
+	RefusalHandshakes
 	numRefusalKinds
 )
 
@@ -41,6 +51,12 @@ func (k RefusalKind) String() string {
 		return "http3-penalty"
 	case RefusalProxyProtocol:
 		return "proxy-protocol"
+	case RefusalDescriptors:
+		return "descriptors"
+	case RefusalMaxRequests:
+		return "max-requests"
+	case RefusalHandshakes:
+		return "handshakes"
 	}
 	return "unknown"
 }

@@ -133,7 +133,7 @@ func (c *config) check(caFile, pids string) error {
 // source is the i-th client address: 127.0.1.1, …, 127.0.1.250, 127.0.2.1, …
 func source(i, sources int) net.IP {
 	i %= sources
-	return net.IPv4(127, byte(1+i/250), byte(1+i%250), 0).To4()
+	return net.IPv4(127, 0, byte(1+i/250), byte(1+i%250)).To4()
 }
 
 // dial opens connection i of c's kind from its client address and gets its first answer.

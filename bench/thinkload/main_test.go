@@ -129,3 +129,14 @@ func TestCheckRefuses(t *testing.T) {
 		}
 	}
 }
+
+func TestSource(t *testing.T) {
+	for _, tt := range []struct {
+		i, sources int
+		want       string
+	}{{0, 250, "127.0.1.1"}, {249, 250, "127.0.1.250"}, {250, 250, "127.0.1.1"}, {250, 500, "127.0.2.1"}, {7, 3, "127.0.1.2"}} {
+		if got := source(tt.i, tt.sources).String(); got != tt.want {
+			t.Errorf("source(%d, %d) = %s, want %s", tt.i, tt.sources, got, tt.want)
+		}
+	}
+}

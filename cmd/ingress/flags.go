@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+
+	"github.com/serve-zone/ingress/proxy"
 )
 
 // options are the command-line settings of `ingress` and `ingress demo` (contract §8).
@@ -50,6 +52,11 @@ type options struct {
 	MaxConnsPerClient    int
 	MaxRequestsPerClient int
 	MaxTunnelsPerClient  int
+	// MaxRequests and RequestBufferTotal bound all clients together (issue 33); their
+	// defaults derive from the machine (proxy.DefaultMaxRequests and
+	// proxy.DefaultRequestBufferTotal).
+	MaxRequests        int
+	RequestBufferTotal int64
 
 	MetricsPerHost bool
 	RetentionDays  int
@@ -101,6 +108,8 @@ func defaultOptions() options {
 		MaxRequestsPerClient:  512,
 		MaxTunnelsPerClient:   256,
 		RequestBuffer:         64 << 10,
+		MaxRequests:           proxy.DefaultMaxRequests(),
+		RequestBufferTotal:    proxy.DefaultRequestBufferTotal(),
 		RetentionDays:         35,
 
 		HTTP2MaxStreamsPerConn: 1000,
@@ -140,6 +149,8 @@ func (o *options) flagSet(name string, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxRequestsPerClient, "max-requests-per-client", o.MaxRequestsPerClient, "requests (HTTP/2, HTTP/3 streams) one client address may have in flight; one more gets REFUSED_STREAM (HTTP/2) or 503 with Retry-After; 0: no limit")
 	fs.IntVar(&o.MaxTunnelsPerClient, "max-tunnels-per-client", o.MaxTunnelsPerClient, "WebSocket tunnels one client address may have open; one more gets 503 with Retry-After; 0: no limit")
 	fs.Int64Var(&o.RequestBuffer, "request-buffer", o.RequestBuffer, "bytes of a request body read before a target is chosen: a body that ends within them is checked whole first (a malformed one never reaches a target), a larger one streams after them; 0 turns this off")
+	fs.IntVar(&o.MaxRequests, "max-requests", o.MaxRequests, "requests and WebSocket tunnels in flight over all clients together (as nginx's worker_connections); one more gets REFUSED_STREAM (HTTP/2) or 503 with Retry-After; the default is one per 4 MiB of the machine's memory (its cgroup's limit when lower), at most half the descriptor limit, at least 1024; 0: no limit")
+	fs.Int64Var(&o.RequestBufferTotal, "request-buffer-total", o.RequestBufferTotal, "bytes of request bodies all requests together hold before their targets are chosen (--request-buffer each, in 32 KiB buffers); past them a body streams to its target without being held first; the default is a 128th of the machine's memory (its cgroup's limit when lower), at least 16 MiB; 0: no limit")
 	fs.BoolVar(&o.MetricsPerHost, "metrics-per-host", o.MetricsPerHost, "export per-hostname metric series (bounded by the route table)")
 	fs.IntVar(&o.RetentionDays, "stats-retention-days", o.RetentionDays, "days of traffic statistics kept, today included (at least 35)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a Go CPU profile (pprof) of the whole run to this file, completed at a graceful stop")
@@ -225,6 +236,12 @@ func (o *options) validate() error {
 			bad("--%s must be 0 (no limit) or more, got %d", b.name, b.v)
 		}
 	}
+	if o.MaxRequests < 0 {
+		bad("--max-requests must be 0 (no limit) or more, got %d", o.MaxRequests)
+	}
+	if o.RequestBufferTotal < 0 {
+		bad("--request-buffer-total must be 0 (no limit) or more, got %d", o.RequestBufferTotal)
+	}
 	if o.RequestBuffer < 0 || o.RequestBuffer > maxRequestBuffer {
 		bad("--request-buffer must be from 0 (off) to %d, got %d", maxRequestBuffer, o.RequestBuffer)
 	}
@@ -262,6 +279,15 @@ func parseCIDRs(name, v string, bad func(string, ...any)) []netip.Prefix {
 		out = append(out, p.Masked())
 	}
 	return out
+}
+
+// requestBufferTotal is --request-buffer-total as proxy.Config.RequestBufferTotal,
+// whose zero means the default: 0 (no limit) is negative there.
+func (o *options) requestBufferTotal() int64 {
+	if o.RequestBufferTotal == 0 {
+		return -1
+	}
+	return o.RequestBufferTotal
 }
 
 // budgetFlag is a --max-*-per-client value as proxy.Config takes it: the flag's 0 (no

@@ -240,6 +240,8 @@ func newInstance(o options, d instanceDeps) (*instance, error) {
 		MaxRequestsPerClient:  budgetFlag(o.MaxRequestsPerClient),
 		MaxTunnelsPerClient:   budgetFlag(o.MaxTunnelsPerClient),
 		RequestBuffer:         o.requestBuffer(),
+		MaxRequests:           budgetFlag(o.MaxRequests),
+		RequestBufferTotal:    o.requestBufferTotal(),
 		AccessLog:             access,
 		PublicHTTPSPort:       o.PublicHTTPSPort,
 		GetCertificate:        in.acmeGetCertificate(),

@@ -66,13 +66,14 @@ type shard struct {
 // Entry is one address's budgets in use. Its connection count and list belong to its
 // shard's lock; requests and tunnels are atomics, touched per request.
 type Entry struct {
-	t        *Table
-	sh       *shard
-	key      netip.Addr
-	conns    int   // under sh.mu
-	live     *Hold // the first of the live connections' holds, under sh.mu
-	requests atomic.Int64
-	tunnels  atomic.Int64
+	t          *Table
+	sh         *shard
+	key        netip.Addr
+	conns      int   // under sh.mu
+	handshakes int   // conns whose handshake is in progress (OpenHandshake), under sh.mu
+	live       *Hold // the first of the live connections' holds, under sh.mu
+	requests   atomic.Int64
+	tunnels    atomic.Int64
 }
 
 // Hold is one connection's share of its address's entry: embed it in the connection.
@@ -81,6 +82,7 @@ type Hold struct {
 	e          *Entry
 	end        Ender
 	prev, next *Hold // the entry's list of live holds, under its shard's lock
+	handshake  bool  // counted in the entry's handshakes, under its shard's lock
 	closed     atomic.Bool
 }
 
@@ -111,11 +113,28 @@ func (t *Table) shard(k netip.Addr) *shard {
 // Strike can end it through end. It reports false, leaving h zero, when the address
 // already holds Limits.Conns connections.
 func (t *Table) Open(h *Hold, a netip.Addr, end Ender) bool {
+	return t.open(h, a, end, -1)
+}
+
+// OpenHandshake is Open for a connection whose handshake is in progress (a QUIC
+// connection from its first packet): besides its place among the address's
+// connections, it counts as one of the address's handshakes until Established or
+// Close. It reports false, leaving h zero, when the address has Limits.Conns
+// connections or maxHandshakes handshakes in progress (maxHandshakes <= 0: no limit).
+func (t *Table) OpenHandshake(h *Hold, a netip.Addr, end Ender, maxHandshakes int) bool {
+	return t.open(h, a, end, max(maxHandshakes, 0))
+}
+
+// open is Open, and OpenHandshake when maxHandshakes >= 0.
+func (t *Table) open(h *Hold, a netip.Addr, end Ender, maxHandshakes int) bool {
 	k := Key(a)
 	sh := t.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[k]
+	if e != nil && maxHandshakes > 0 && e.handshakes >= maxHandshakes {
+		return false
+	}
 	if e == nil {
 		e = &Entry{t: t, sh: sh, key: k}
 		sh.m[k] = e
@@ -123,6 +142,10 @@ func (t *Table) Open(h *Hold, a netip.Addr, end Ender) bool {
 		return false
 	}
 	e.conns++
+	if maxHandshakes >= 0 {
+		e.handshakes++
+		h.handshake = true
+	}
 	h.e, h.end = e, end
 	h.next = e.live
 	if e.live != nil {
@@ -146,6 +169,35 @@ func (t *Table) Full(a netip.Addr) bool {
 	return e != nil && e.conns >= t.lim.Conns
 }
 
+// Handshakes returns how many handshakes a's address has in progress (OpenHandshake),
+// and whether it has its budget of connections.
+func (t *Table) Handshakes(a netip.Addr) (n int, full bool) {
+	k := Key(a)
+	sh := t.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	if e == nil {
+		return 0, false
+	}
+	return e.handshakes, t.lim.Conns > 0 && e.conns >= t.lim.Conns
+}
+
+// Established ends the handshake h was opened in (OpenHandshake): its place stays, as an
+// open connection's. Later calls, and calls on other holds, do nothing.
+func (h *Hold) Established() {
+	e := h.e
+	if e == nil {
+		return
+	}
+	e.sh.mu.Lock()
+	defer e.sh.mu.Unlock()
+	if h.handshake {
+		h.handshake = false
+		e.handshakes--
+	}
+}
+
 // Close gives h's connection back to its address's budget; later calls, and calls on a
 // zero Hold, do nothing. Requests and tunnels still counted on h end on its entry as
 // usual.
@@ -166,6 +218,10 @@ func (h *Hold) Close() {
 		h.next.prev = h.prev
 	}
 	h.prev, h.next = nil, nil
+	if h.handshake {
+		h.handshake = false
+		e.handshakes--
+	}
 	e.conns--
 	if e.conns == 0 {
 		delete(sh.m, e.key)
@@ -186,7 +242,7 @@ func (h *Hold) Move(to *Hold, end Ender) {
 	sh := e.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	to.e, to.end, to.prev, to.next = e, end, h.prev, h.next
+	to.e, to.end, to.prev, to.next, to.handshake = e, end, h.prev, h.next, h.handshake
 	if h.prev != nil {
 		h.prev.next = to
 	} else {
@@ -195,7 +251,7 @@ func (h *Hold) Move(to *Hold, end Ender) {
 	if h.next != nil {
 		h.next.prev = to
 	}
-	h.e, h.end, h.prev, h.next = nil, nil, nil, nil
+	h.e, h.end, h.prev, h.next, h.handshake = nil, nil, nil, nil, false
 }
 
 // Addr is the address (its key: an IPv6 address's /64) h counts against; the zero Addr
@@ -277,7 +333,7 @@ func (t *Table) Strike(a netip.Addr) int {
 
 // Usage is what one address holds, for tests and diagnostics.
 type Usage struct {
-	Conns, Requests, Tunnels int
+	Conns, Handshakes, Requests, Tunnels int
 }
 
 // Usage returns what a's address holds now.
@@ -290,7 +346,7 @@ func (t *Table) Usage(a netip.Addr) Usage {
 	if e == nil {
 		return Usage{}
 	}
-	return Usage{Conns: e.conns, Requests: int(e.requests.Load()), Tunnels: int(e.tunnels.Load())}
+	return Usage{Conns: e.conns, Handshakes: e.handshakes, Requests: int(e.requests.Load()), Tunnels: int(e.tunnels.Load())}
 }
 
 // Len is the number of addresses with at least one open connection.

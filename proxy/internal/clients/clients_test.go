@@ -273,3 +273,46 @@ func TestMove(t *testing.T) {
 		t.Fatal("moving a zero hold made a holding one")
 	}
 }
+
+// TestHandshakes: a hold opened in a handshake counts among its address's connections
+// and its handshakes until Established (then only among the connections) or Close; the
+// handshakes' bound refuses one more while the connections' still has room, and
+// Handshakes reports both.
+func TestHandshakes(t *testing.T) {
+	tb := New(Limits{Conns: 4})
+	a := netip.MustParseAddr("192.0.2.7")
+	var e ender
+	var hs [4]Hold
+	for i := range 2 {
+		if !tb.OpenHandshake(&hs[i], a, &e, 2) {
+			t.Fatalf("handshake %d refused", i)
+		}
+	}
+	if tb.OpenHandshake(&hs[2], a, &e, 2) {
+		t.Fatal("a third handshake admitted over a bound of 2")
+	}
+	if n, full := tb.Handshakes(a); n != 2 || full {
+		t.Fatalf("Handshakes: %d, full %v; want 2, false", n, full)
+	}
+	hs[0].Established()
+	hs[0].Established()
+	if u := tb.Usage(a); u.Conns != 2 || u.Handshakes != 1 {
+		t.Fatalf("after one handshake completed: %+v", u)
+	}
+	if !tb.OpenHandshake(&hs[2], a, &e, 2) || !tb.Open(&hs[3], a, &e) {
+		t.Fatal("room left, but refused")
+	}
+	if n, full := tb.Handshakes(a); n != 2 || !full {
+		t.Fatalf("Handshakes: %d, full %v; want 2, true", n, full)
+	}
+	hs[1].Close()
+	hs[2].Close()
+	if u := tb.Usage(a); u.Conns != 2 || u.Handshakes != 0 {
+		t.Fatalf("after two handshakes ended: %+v", u)
+	}
+	hs[0].Close()
+	hs[3].Close()
+	if tb.Len() != 0 {
+		t.Fatal("entry kept once every hold closed")
+	}
+}

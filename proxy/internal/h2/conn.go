@@ -470,9 +470,18 @@ func (c *Conn) readTimeout() error {
 	if c.goingAway && c.slots == 0 {
 		return io.EOF
 	}
-	if c.budget.n > 0 || c.hb.open {
-		// The deadline cut a frame (the framer's position is lost) or a header block
-		// (which the Framer used to read in one call, and which HeaderTimeout bounds).
+	if c.inHeaderBlock() {
+		// A header block is bounded by HeaderTimeout from its first byte, whatever
+		// deadline was armed when it began (the idle connection's wake-up to park, a
+		// PING's): between its frames the wait goes on until then; past it, or inside
+		// a frame (cutFrame found it past), the block is too slow.
+		if c.budget.n == 0 && c.extendForBlock(time.Now()) {
+			return nil
+		}
+		return connError{http2.ErrCodeEnhanceYourCalm, "header block too slow"}
+	}
+	if c.budget.n > 0 {
+		// The deadline cut a frame: the framer's position is lost.
 		return errors.New("h2: read timeout inside a frame")
 	}
 	now := time.Now()

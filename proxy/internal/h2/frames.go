@@ -241,7 +241,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		return c.streamErrorFor(st, http2.ErrCodeProtocol, ErrMalformedBody)
 	}
 	if len(data) > 0 {
-		st.in = append(st.in, data...)
+		st.in.write(data)
 		st.signal()
 	}
 	if f.StreamEnded() {
@@ -416,11 +416,11 @@ func (c *Conn) closeStream(st *Stream) {
 	}
 	st.closed = true
 	delete(c.streams, st.id)
-	if unread := len(st.in) - st.inOff; unread > 0 {
+	if unread := st.in.n; unread > 0 {
 		// Body bytes nobody will read: their connection window goes back, or a few
 		// such streams would stall every later upload on the connection.
 		c.returnConn(int32(unread))
-		st.in, st.inOff = nil, 0
+		st.in.reset()
 	}
 	if st.stall != nil {
 		st.stall.Stop()

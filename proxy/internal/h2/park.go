@@ -141,17 +141,45 @@ func (c *Conn) newEncoder(fresh bool) *hpack.Encoder {
 // connection is idle and its IdleTimeout not over, that deadline was only its wake-up to
 // park (or to drop its reusable streams): the frame goes on, the deadline moves to the
 // idle timeout's end, and the next frame boundary arms it afresh. A client that sends
-// half a frame and waits is ended by IdleTimeout as before, not by the wake-up.
+// half a frame and waits is ended by IdleTimeout as before, not by the wake-up. A frame
+// of a header block goes on until HeaderTimeout from the block's first byte, whatever
+// the connection's state (extendForBlock).
 func (c *Conn) cutFrame() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
+	if c.goingAway || c.dead {
+		return false
+	}
+	if c.inHeaderBlock() {
+		return c.extendForBlock(now)
+	}
 	end := c.lastIdle.Add(c.cfg.IdleTimeout)
-	if c.slots > 0 || c.goingAway || c.dead || !now.Before(end) {
+	if c.slots > 0 || !now.Before(end) {
 		return false
 	}
 	_ = c.nc.SetReadDeadline(end)
 	c.dlSetAt = time.Time{} // renewed at the next frame boundary (armRead)
+	return true
+}
+
+// inHeaderBlock reports whether the read loop is inside a header block: between its
+// frames, or inside its HEADERS or a CONTINUATION (read loop only).
+func (c *Conn) inHeaderBlock() bool {
+	return c.hb.open || c.budget.n > 3 && c.budget.typ == byte(http2.FrameHeaders)
+}
+
+// extendForBlock moves the read deadline to the end of the header block's
+// HeaderTimeout, counted from its first byte, and reports whether that is still ahead
+// of now (read loop only, c.mu held). The block's last frame re-arms the usual deadline
+// (armRead, at the next frame boundary outside a block).
+func (c *Conn) extendForBlock(now time.Time) bool {
+	end := c.budget.started.Add(c.cfg.HeaderTimeout)
+	if !now.Before(end) {
+		return false
+	}
+	_ = c.nc.SetReadDeadline(end)
+	c.dlSetAt = time.Time{}
 	return true
 }
 

@@ -33,8 +33,7 @@ type Stream struct {
 	bodyTimeout time.Duration
 
 	// Under c.mu. Request side:
-	in           []byte // received body bytes not yet read
-	inOff        int
+	in           inBuf // received body bytes not yet read
 	inTotal      int64
 	trailers     []hpack.HeaderField
 	trailerBytes int64
@@ -201,12 +200,8 @@ func (st *Stream) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, ErrReadClosed
 		}
-		if st.inOff < len(st.in) {
-			n := copy(p, st.in[st.inOff:])
-			st.inOff += n
-			if st.inOff == len(st.in) {
-				st.in, st.inOff = st.in[:0], 0
-			}
+		if st.in.n > 0 {
+			n := st.in.read(p)
 			c.consumed(st, int32(n))
 			c.mu.Unlock()
 			return n, nil
@@ -243,7 +238,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 			c.mu.Lock()
 		case <-st.rtimer.C:
 			c.mu.Lock()
-			if st.inOff == len(st.in) && !st.remoteDone && !st.reset {
+			if st.in.n == 0 && !st.remoteDone && !st.reset {
 				_ = c.resetStream(st, http2.ErrCodeCancel, ErrBodyTimeout)
 			}
 		}
