@@ -149,33 +149,27 @@ func (s *Server) refused(k stats.RefusalKind, a netip.Addr) {
 }
 
 // End ends the connection for abuse (clients.Ender, from any goroutine), without
-// blocking:
-//   - parked (idle, without a goroutine: h1idle.go), it is claimed from the parker first,
-//     so that its descriptor leaves the parker's epoll before anything closes it, and
-//     ended as Shutdown ends one: an HTTP/2 connection aborted (GOAWAY
-//     ENHANCE_YOUR_CALM, written by the engine resumed on a goroutine of its own), an
-//     HTTP/1.1 one reset;
-//   - served by the own HTTP/2 engine, it is aborted (endH2ForAbuse: GOAWAY
-//     ENHANCE_YOUR_CALM, its streams cancelled, closed within 250 ms); had it parked just
-//     before, it is claimed then and resumed to end;
-//   - otherwise its TCP connection is shut down both ways, so the client sees the end at
-//     once and whatever reads it (the fast path's loop, net/http, a tunnel) gets EOF, and
-//     it is reset when its owner closes it (SO_LINGER 0). An in-flight HTTP/1.1 request
-//     is not waited for: its response can no longer reach the client. Nothing here
-//     closes the descriptor, which a goroutine inside RawConn.Read may hold
-//     (h1Conn.closeConn);
-//   - gone to sleep since the strike chose it (an idle plain HTTP/1.1 connection whose
-//     place moved to its h1Sleeper after Strike collected c), its sleeper is ended.
+// blocking, whatever form it has taken since the strike collected c (connLife.end).
 func (c *clientConn) End() {
-	if h := c.h1.Load(); h != nil && h.claimParked() {
-		h.endAbusive()
+	if c.life == nil {
+		c.endAwake() // not one of our listeners' (tests)
 		return
 	}
+	c.life.end(c.s)
+}
+
+// endAwake ends c, an awake connection that nobody else may end or change the form of
+// any more (connLife.end): served by the own HTTP/2 engine, it is aborted
+// (endH2ForAbuse: GOAWAY ENHANCE_YOUR_CALM, its streams cancelled, closed within 250
+// ms); otherwise its TCP connection is shut down both ways, so the client sees the end
+// at once and whatever reads it (the fast path's loop, net/http, a tunnel) gets EOF,
+// and it is reset when its owner closes it (SO_LINGER 0). An in-flight HTTP/1.1
+// request is not waited for: its response can no longer reach the client. Nothing
+// here closes the descriptor, which a goroutine inside RawConn.Read may hold
+// (h1Conn.closeConn).
+func (c *clientConn) endAwake() {
 	if hc := c.h2.Load(); hc != nil {
 		c.s.endH2ForAbuse(hc)
-		if h := c.h1.Load(); h != nil && h.claimParked() {
-			h.endParked(true) // parked just before the abort: the engine ends it
-		}
 		return
 	}
 	nc := c.Conn
@@ -190,35 +184,9 @@ func (c *clientConn) End() {
 		_ = tc.SetLinger(0)
 		_ = tc.CloseRead()
 		_ = tc.CloseWrite()
-		// Gone to sleep (h1sleep_linux.go) after the strike chose c: these calls did
-		// nothing if Go's connection was closed already, and that close came after the
-		// connection's state became h1Asleep, which this load then sees.
-		if h := c.h1.Load(); h != nil && h.state.Load() == h1Asleep {
-			h.asleep.End()
-		}
 		return
 	}
 	_ = nc.Close()
-}
-
-// claimParked claims c from the parker when it is parked (then it is the caller's to
-// end). Only a parked connection is asked: one that never parked has no parker record
-// (parkRec), and its record is its own goroutine's until it parks.
-func (c *h1Conn) claimParked() bool {
-	pk := c.s.parker // set before anything is accepted; nil where nothing parks
-	return pk != nil && c.state.Load() == h1Parked && pk.claim(c)
-}
-
-// endAbusive ends c, claimed from the parker, for abuse: an HTTP/2 connection is aborted
-// and resumed to write its GOAWAY ENHANCE_YOUR_CALM and end; an HTTP/1.1 one is reset.
-func (c *h1Conn) endAbusive() {
-	if c.h2c != nil {
-		c.s.endH2ForAbuse(c.h2c)
-		c.endParked(true)
-		return
-	}
-	c.cc.resetOnClose()
-	c.endParked(false)
 }
 
 // Close closes the connection and gives its place in its address's budget back (once,

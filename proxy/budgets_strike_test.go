@@ -40,7 +40,7 @@ func endsWithin(t *testing.T, what string, c net.Conn, d time.Duration) {
 }
 
 // parkedConns counts the connections the parker holds (sleeping plain ones included).
-func parkedConns(s *Server) int { return s.parker.parkedNow() }
+func parkedConns(s *Server) int { return s.parker.Len() }
 
 // TestStrikeEndsHeldConnections: an abuse verdict against an address ends, within 2 s,
 // every connection it holds on every TCP protocol: parked ones (plain and TLS HTTP/1.1,

@@ -32,6 +32,7 @@ func (l *plainListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		cc := &clientConn{Conn: rawnet.Wrap(c), s: l.s, fromLB: fromLB}
+		newLife(cc)
 		if fromLB || l.s.admitConn(cc, c, remoteAddr(c)) {
 			return cc, nil
 		}
@@ -77,6 +78,7 @@ func (l *tlsListener) Accept() (net.Conn, error) {
 		}
 		tc := tls.Server(rawnet.Wrap(c), l.s.tlsConfig)
 		cc := &clientConn{Conn: tc, tc: tc, s: l.s, fromLB: fromLB}
+		newLife(cc)
 		if fromLB || l.s.admitConn(cc, c, remoteAddr(c)) {
 			return cc, nil
 		}
@@ -107,10 +109,11 @@ type clientConn struct {
 	// else reads the connection (nil: the socket's peer is the client). balancer.go.
 	fromLB bool
 	via    *balanced
-	// h2 is the own HTTP/2 engine's connection while it serves this one (serveH2), and
-	// h1 the fast path's record of it (acceptLoop), for End.
+	// h2 is the own HTTP/2 engine's connection while it serves this one (serveH2),
+	// for End.
 	h2 atomic.Pointer[h2.Conn]
-	h1 atomic.Pointer[h1Conn]
+	// life is the connection's state word, shared with its other forms (life.go).
+	life *connLife
 
 	// sni and cert are the TLS connection's server name and the certificate it was
 	// handshaken with (set by handshake, read after it): a request for a host cert does

@@ -58,12 +58,18 @@
 // request itself when there is none. net/http's HTTP/2 server is no front-end of the
 // ingress: the package's differential tests use it as their oracle.
 //
-// Idle connections belong to the parker (h1idle.go, h1idle_linux.go): one epoll goroutine
-// per server holds every HTTP/1.1 and HTTP/2 connection that waited for its client long
-// enough, with no goroutine or buffer of its own; a plain HTTP/1.1 one as a 128-byte
-// sleeper whose Go connection is rebuilt when it wakes (h1sleep_linux.go). Whoever ends a
-// parked connection (idle timeout, hang-up, Shutdown, a strike) claims it from the
-// parker first.
+// Idle connections belong to the parker (park.Parker, proxy/internal/park; when to
+// park and what a woken connection becomes are h1idle.go's): one epoll goroutine per
+// server holds every HTTP/1.1 and HTTP/2 connection that waited for its client long
+// enough, with no goroutine or buffer of its own; a plain HTTP/1.1 one as a small
+// sleeper whose Go connection is rebuilt from its own descriptor when it wakes
+// (h1sleep_linux.go). Every form a connection takes shares one state word (connLife,
+// life.go: a park.State), which says who owns it now and how to end it: its goroutine
+// (new, idle, active), the parker (parked, asleep), a goroutine changing its form
+// (sleeping, waking), or whoever ended it (closing, struck). Whoever ends a connection
+// (idle timeout, hang-up, Shutdown, closeNow, a strike) switches on that word alone,
+// and claims a parked one from the parker first, so that its descriptor leaves the
+// epoll set before anything closes it.
 //
 // Connection-level work (TLS handshake, byte counters, ConnState) lives in conn.go;
 // server.go is cold path. Every accepted connection first passes the penalty check

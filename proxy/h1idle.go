@@ -6,6 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/serve-zone/ingress/proxy/internal/park"
+	"github.com/serve-zone/ingress/proxy/internal/tlsbuf"
+	"go.uber.org/zap"
 )
 
 // Idle connections without a read buffer or a goroutine.
@@ -13,16 +17,16 @@ import (
 // An HTTP/1.1 connection (plain or TLS) that waited h1ParkAfter (h1ParkSoon while many
 // goroutines run) for its next request "parks": its serving goroutine puts the 8 KiB
 // read buffer back into a pool, hands the connection to the server's parker and ends. On
-// Linux the parker (h1idle_linux.go) is one goroutine per Server that waits on an epoll
+// Linux the parker (park.Parker) is one goroutine per Server that waits on an epoll
 // instance of its own for any parked connection to become readable; then it starts a
 // serving goroutine for that connection, which takes a buffer and serves on exactly as
 // before. The parker also closes parked connections idle past IdleTimeout, and Shutdown
 // closes them at once like any idle connection. An idle connection then costs only its
 // connection state (about 3.6 KiB over TLS; a plain one is compacted further, to an
-// h1Sleeper of about 130 B: h1sleep_linux.go; bench/README.md, reliability/idle_test.go)
+// h1Sleeper of about 140 B: h1sleep_linux.go; bench/README.md, reliability/idle_test.go)
 // instead of a buffer and a goroutine stack. Busy connections never park: the hot path
 // is unchanged except for a pooled buffer instead of an allocated one. Elsewhere than
-// Linux nothing parks (h1idle_other.go).
+// Linux nothing parks (park.CanPark).
 //
 // HTTP/2 connections (plain or TLS) park too, through the same parker: the engine parks
 // a connection without streams (proxy/internal/h2/park.go) and the fast path hands it to
@@ -39,68 +43,48 @@ import (
 // request is on its way: the connection does not park but waits for the rest under
 // ReadHeaderTimeout (recordInPart), so a client cannot hold a connection for longer
 // than the idle timeout by trickling a record a byte at a time. Whether crypto/tls holds
-// part of a record is read from its record buffer (tlsHeld, tlsbuf.go). Should that not
-// be known (a Go release without the field), the record bytes counted below crypto/tls
+// part of a record is read from its record buffer (proxy/internal/tlsbuf). Should that
+// not be known (a Go release without the field), the record bytes counted below crypto/tls
 // (rawnet.TCPConn.BytesRead) since the idle wait began stand in; counting bytes rather
 // than records, a complete record that carries no request (a TLS 1.3 KeyUpdate) during
 // the idle wait then also counts as a request on its way, so such a connection closes at
 // ReadHeaderTimeout after its park would have begun unless a request follows. At the
-// park, crypto/tls's empty input buffers are dropped too (tlsbuf.go), on HTTP/1.1 and
+// park, crypto/tls's empty input buffers are dropped too (tlsbuf.Drop), on HTTP/1.1 and
 // HTTP/2 connections alike.
 //
-// Ownership. A connection belongs to exactly one party at a time: its serving goroutine,
-// or, in state h1Parked, the parker. Only a holder of parker.mu moves a connection into or
-// out of h1Parked (park, claim), and it adds or removes the epoll registration and the
-// parker's record in the same critical section. So whoever claims a parked connection
-// (the parker on readiness or at its idle deadline, Shutdown, closeNow) has removed its
-// descriptor from the epoll set (EPOLL_CTL_DEL) before anyone can close it, and a
-// descriptor number that the kernel hands to a later connection never meets a stale
-// registration. Nobody closes a parked connection without claiming it first (h1Set's
-// closeIdle and closeAll claim parked ones instead of closing them).
+// Ownership. A connection belongs to exactly one party at a time, and its state word
+// (connLife, a park.State shared by every form the connection takes) says which: its
+// serving goroutine (New, Idle, Active), the parker (Parked, Asleep), a goroutine that
+// changes its form (Sleeping, Waking), or whoever ended it (Closing, Struck). Only a
+// holder of the parker's lock moves a connection into or out of Parked and Asleep
+// (park.Parker's Park, Claim), and it adds or removes the epoll registration in the
+// same critical section. So whoever claims a parked connection (the parker on
+// readiness, at its idle deadline or at a hang-up, Shutdown, closeNow, a strike) has
+// removed its descriptor from the epoll set (EPOLL_CTL_DEL) before anyone can close it,
+// and a descriptor number that the kernel hands to a later connection never meets a
+// stale registration. Nobody closes a parked connection without claiming it first
+// (h1Set's closeIdle and closeAll, endSleepers and connLife.end claim parked ones
+// instead of closing them).
 
-// parkee is what the parker holds: a connection that waits for its client without a
-// goroutine or a buffer. The parker knows it by its socket (control), its record
-// (parkRec: state, park number, descriptor) and its idle deadline, and gives it back
-// through unparked (readable) or endParked (its end, claimed). h1Conn is one, for
-// HTTP/1.1 over TLS and for the HTTP/2 engine's connections (h2serve.go); h1Sleeper
-// another, a plain HTTP/1.1 connection in its compact form (h1sleep_linux.go).
-type parkee interface {
-	parkRec() *parkRec
-	// control runs f with the socket's descriptor, which stays open while f runs; an
-	// error when it is closed.
-	control(f func(fd uintptr)) error
-	// parkedDeadline is when the parker ends the connection for idleness.
-	parkedDeadline() time.Time
-	// unparked serves the connection on once it is readable, on a goroutine the parker
-	// started (the server's h1 wait group owns it).
-	unparked()
-	// endParked ends a connection its caller claimed (it is in state h1Closing):
-	// graceful (Shutdown's drain, the idle timeout) tells the client first where the
-	// protocol can (an HTTP/2 GOAWAY, sent from a goroutine of the h1 wait group);
-	// otherwise (the client hung up, closeNow, the parker stopping) it closes at once.
-	endParked(graceful bool)
-}
+// h1Conn is a park.Parkee: HTTP/1.1 over TLS, and the HTTP/2 engine's connections
+// (h2serve.go), park whole; a plain HTTP/1.1 connection parks as an h1Sleeper
+// (h1sleep_linux.go).
+var _ park.Parkee = (*h1Conn)(nil)
 
-// parkRec is the parker's record of a parkee. state is the connection's own state word:
-// the parker moves it from awake to h1Parked (park) and from h1Parked to awake (readable)
-// or h1Closing (claimed), under its lock; seq and fd are the parker's (under its lock).
-type parkRec struct {
-	state *atomic.Int32
-	awake int32 // h1Idle for an HTTP/1.1 connection, h1Active for an HTTP/2 one
-	seq   uint64
-	fd    int
-}
+// Life is c's state word (park.Parkee).
+func (c *h1Conn) Life() *park.Life { return &c.life.Life }
 
-// parkRec is c's record for the parker.
-func (c *h1Conn) parkRec() *parkRec { return &c.pr }
+// Control runs f with c's descriptor (syscall.RawConn.Control; park.Parkee).
+func (c *h1Conn) Control(f func(fd uintptr)) error { return c.rawConn().Control(f) }
 
-// control runs f with c's descriptor (syscall.RawConn.Control).
-func (c *h1Conn) control(f func(fd uintptr)) error { return c.rawConn().Control(f) }
-
-// endParked ends c, which its caller claimed from the parker. Over TLS it does so on a
-// goroutine of the h1 wait group: crypto/tls's Close sends close_notify and may wait up
-// to 5 s for room to (a client that stopped reading), never on the parker's goroutine.
-func (c *h1Conn) endParked(graceful bool) {
+// EndParked ends c, which its caller claimed from the parker (park.Parkee): graceful
+// (Shutdown's drain, the idle timeout) tells the client first where the protocol can
+// (an HTTP/2 GOAWAY); otherwise (the client hung up, closeNow, the parker stopping) it
+// closes at once; Struck (a strike claimed it) aborts an HTTP/2 connection (GOAWAY
+// ENHANCE_YOUR_CALM) and resets an HTTP/1.1 one. Over TLS it does so on a goroutine of
+// the h1 wait group: crypto/tls's Close sends close_notify and may wait up to 5 s for
+// room to (a client that stopped reading), never on the parker's goroutine.
+func (c *h1Conn) EndParked(graceful bool) {
 	if c.secure {
 		c.s.h1.wg.Go(func() { c.endParkedNow(graceful) }) // as the parker's releases
 		return
@@ -110,29 +94,58 @@ func (c *h1Conn) endParked(graceful bool) {
 
 func (c *h1Conn) endParkedNow(graceful bool) {
 	if c.h2c != nil {
+		if c.life.State() == park.Struck {
+			c.s.endH2ForAbuse(c.h2c) // the GOAWAY the engine, resumed, writes
+			graceful = true
+		}
 		c.endParkedH2(graceful) // h2serve.go
 		return
 	}
-	c.finish(false)
+	c.finish(false) // resets a struck connection
 }
 
 // dropTLSBuffers lets a parking TLS connection's crypto/tls input buffers go when they
-// are empty (tlsbuf.go); the calling goroutine still owns the connection.
+// are empty (tlsbuf.Drop); the calling goroutine still owns the connection.
 func (c *h1Conn) dropTLSBuffers() {
 	if c.secure {
-		dropTLSBuffers(c.cc.tc)
+		tlsbuf.Drop(c.cc.tc)
 	}
 }
 
-// parkTick is the timeout check's granularity: run rounds its wait for the oldest park's
-// deadline up to a multiple of parkTick and then closes everything due, so however many
-// deadlines fall in a second, they cost at most 1/parkTick wake-ups. A parked connection
-// closes at its idle deadline (dlSetAt+IdleTimeout, as when it waited on a goroutine) or
-// up to parkTick later, plus however far park order is from deadline order (connections
-// park h1ParkAfter after their dlSetAt, or h1ParkSoon in a crowd, give or take
-// scheduling: one that parked after h1ParkAfter may wait behind one that parked after
-// h1ParkSoon later, so up to h1ParkAfter-h1ParkSoon), never earlier.
-const parkTick = 250 * time.Millisecond
+// newParker makes the server's parker: its goroutines belong to the h1 wait group, it
+// refuses parks once the server drains, and it says what it did and what failed in the
+// server's log.
+func (s *Server) newParker() (*park.Parker, error) {
+	return park.NewParker(park.Config{
+		Go:                s.h1.wg.Go,
+		Refuse:            s.draining.Load,
+		ReleaseIdleMemory: s.cfg.ReleaseIdleMemory,
+		Released: func(parked int, took time.Duration) {
+			s.log.Debug(releaseMsg, zap.Int("parked", parked), zap.Duration("took", took))
+		},
+		Failed: func(err error) {
+			if errors.Is(err, park.ErrRegister) {
+				s.log.Warn("an idle connection cannot park; such connections keep their goroutine", zap.Error(err))
+				return
+			}
+			s.log.Error("waiting for parked connections", zap.Error(err))
+		},
+	})
+}
+
+// releaseMsg is the log line of a memory release after a wave of parks
+// (Config.ReleaseIdleMemory, at Debug); the reliability suite waits for it.
+const releaseMsg = "returned idle connections' memory to the OS"
+
+// endSleepers claims and closes every sleeping connection (Shutdown's drain, closeNow):
+// they are idle, and not in the fast path's set. The parker refuses new sleepers once
+// the server drains (park.Config.Refuse), so after draining is set one call finds them
+// all.
+func (s *Server) endSleepers() {
+	for _, c := range s.parker.ClaimAll(park.Asleep, park.Closing) {
+		c.EndParked(false)
+	}
+}
 
 // parkedTotal counts parks (tests watch it).
 var parkedTotal atomic.Int64
@@ -160,8 +173,8 @@ func (c *h1Conn) shouldPark(err error) bool {
 // park gives the read buffer back and hands the idle connection to the parker. It
 // reports whether the parker took it; then the calling goroutine must end without
 // touching c again (the parker may already have started a new one for it). Otherwise
-// the connection is the caller's still: closed by Shutdown meanwhile (state h1Closing),
-// or the parker could not take it (stopped, or the registration failed).
+// the connection is the caller's still: ended meanwhile (Closing or Struck), or the
+// parker could not take it (stopped, the server drains, or the registration failed).
 func (c *h1Conn) park() bool {
 	putReadBuf(c.rbuf)
 	c.rbuf = nil
@@ -170,16 +183,16 @@ func (c *h1Conn) park() bool {
 		return true
 	}
 	c.dropTLSBuffers()
-	if !c.pk.park(c) {
+	if !c.pk.Park(c, c.parkedDeadline()) {
 		return false
 	}
 	parkedTotal.Add(1)
 	return true
 }
 
-// unparked serves a parked connection that became readable, on a goroutine the parker
-// started (and the server's h1 wait group owns).
-func (c *h1Conn) unparked() {
+// Unparked serves a parked connection that became readable (park.Parkee), on a
+// goroutine the parker started (and the server's h1 wait group owns).
+func (c *h1Conn) Unparked() {
 	if c.h2c != nil {
 		c.resumeH2() // h2serve.go
 		return
@@ -190,7 +203,11 @@ func (c *h1Conn) unparked() {
 }
 
 // parkedDeadline is when a parked connection's idle timeout ends: IdleTimeout after its
-// idle wait began, as if it had kept waiting on its goroutine.
+// idle wait began, as if it had kept waiting on its goroutine. The parker ends it then
+// or up to park.Tick later, plus however far park order is from deadline order
+// (connections park h1ParkAfter after their dlSetAt, or h1ParkSoon in a crowd, give or
+// take scheduling: one that parked after h1ParkAfter may wait behind one that parked
+// after h1ParkSoon later, so up to h1ParkAfter-h1ParkSoon), never earlier.
 func (c *h1Conn) parkedDeadline() time.Time {
 	if c.h2c != nil {
 		return c.h2c.IdleDeadline()
@@ -207,7 +224,7 @@ func (c *h1Conn) parkedDeadline() time.Time {
 // record, or plaintext not read yet): the read goes on at once. The read deadline set
 // applies; its error is the wait's.
 func (c *h1Conn) awaitIdle() error {
-	if !c.secure || !c.parkable || c.r != c.w || c.pace.Gap() < h1ParkSoon || !dropTLSBuffers(c.cc.tc) {
+	if !c.secure || !c.parkable || c.r != c.w || c.pace.Gap() < h1ParkSoon || !tlsbuf.Drop(c.cc.tc) {
 		return nil
 	}
 	putReadBuf(c.rbuf)
@@ -244,7 +261,7 @@ func (c *h1Conn) recordInPart(err error) bool {
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		return false
 	}
-	if held, ok := tlsHeld(c.cc.tc); ok {
+	if held, ok := tlsbuf.Held(c.cc.tc); ok {
 		return held
 	}
 	n, _ := c.cc.tlsIn() // record bytes taken since the wait began

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/stats"
 )
 
@@ -19,11 +20,11 @@ func parkedOn(s *Server) int {
 	s.mu.Lock()
 	pk := s.parker
 	s.mu.Unlock()
-	return pk.parkedNow()
+	return pk.Len()
 }
 
 func skipUnlessParking(t *testing.T) {
-	if !canPark {
+	if !park.CanPark {
 		t.Skip("parking is Linux-only") // the platform cannot; not a missing feature here
 	}
 }
@@ -151,8 +152,8 @@ func TestParkedIdleTimeout(t *testing.T) {
 	}
 	took := time.Since(answered)
 	// The response reached us a moment before the wait began; the parker checks in
-	// parkTick steps, and its queue may be up to h1IdleSlack out of order.
-	if took < idle-100*time.Millisecond || took > idle+parkTick+h1IdleSlack+time.Second {
+	// park.Tick steps, and its queue may be up to h1IdleSlack out of order.
+	if took < idle-100*time.Millisecond || took > idle+park.Tick+h1IdleSlack+time.Second {
 		t.Errorf("closed %s after the response; the idle timeout is %s", took, idle)
 	}
 	testwait.Until(t, 5*time.Second, "the connection counted closed", func() bool { return e.openH1() == 0 && parkedOn(e.srv) == 0 })

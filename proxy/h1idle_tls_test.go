@@ -14,9 +14,10 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/proxy/internal/park"
+	"github.com/serve-zone/ingress/proxy/internal/tlsbuf"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -189,11 +190,10 @@ func TestTLSParkedHalfRecord(t *testing.T) {
 	skipUnlessParking(t)
 	t.Run("record buffer", tlsParkedHalfRecord)
 	t.Run("bytes counted", func(t *testing.T) {
-		known := tlsBufs.ok
-		tlsBufs.ok = false // before the server starts: its goroutines see it by then
-		// Restored after the server's own cleanup (Shutdown, Serve returned): cleanups
-		// run last-registered first.
-		t.Cleanup(func() { tlsBufs.ok = known })
+		// Forgotten before the server starts (its goroutines see it by then), restored
+		// after the server's own cleanup (Shutdown, Serve returned): cleanups run
+		// last-registered first.
+		t.Cleanup(tlsbuf.Forget())
 		tlsParkedHalfRecord(t)
 	})
 }
@@ -403,48 +403,6 @@ func h1Goroutines() int {
 	return n
 }
 
-// TestTLSBuffersDropped: the tls.Conn fields dropTLSBuffers empties exist in this Go
-// release, and a parked TLS connection's empty buffers are dropped while one holding
-// part of a record keeps it (TestTLSParkedHalfRecord shows such a record completes).
-func TestTLSBuffersDropped(t *testing.T) {
-	if !tlsBufs.ok {
-		t.Fatal("crypto/tls's tls.Conn has no rawInput and hand (bytes.Buffer) and input (bytes.Reader) fields any more: parked TLS connections keep their buffers; see proxy/tlsbuf.go")
-	}
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	cp, kp := genCert(t, h1Host)
-	cert, err := tls.X509KeyPair([]byte(cp), []byte(kp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := tls.Server(a, &tls.Config{Certificates: []tls.Certificate{cert}})
-	cli := tls.Client(b, &tls.Config{ServerName: h1Host, InsecureSkipVerify: true})
-	go func() { _ = cli.Handshake(); _, _ = cli.Write([]byte("ping")) }()
-	buf := make([]byte, 4)
-	if _, err := io.ReadFull(srv, buf); err != nil {
-		t.Fatal(err)
-	}
-	raw := (*bytes.Buffer)(unsafe.Add(unsafe.Pointer(srv), tlsBufs.rawInput))
-	hand := (*bytes.Buffer)(unsafe.Add(unsafe.Pointer(srv), tlsBufs.hand))
-	if raw.Cap() == 0 || hand.Cap() == 0 {
-		t.Fatalf("after a handshake and a record: rawInput %d bytes, hand %d bytes of room; want both grown", raw.Cap(), hand.Cap())
-	}
-	raw.WriteByte(0x17) // as if part of a record were in
-	if dropTLSBuffers(srv) || raw.Len() != 1 {
-		t.Fatal("dropped the buffers of a connection with part of a record in")
-	}
-	raw.Reset()
-	if !dropTLSBuffers(srv) || raw.Cap() != 0 || hand.Cap() != 0 {
-		t.Fatalf("empty buffers kept: rawInput %d, hand %d bytes of room", raw.Cap(), hand.Cap())
-	}
-	// crypto/tls reads on with fresh buffers.
-	go func() { _, _ = cli.Write([]byte("pong")) }()
-	if _, err := io.ReadFull(srv, buf); err != nil || string(buf) != "pong" {
-		t.Fatalf("after the drop: %q, %v", buf, err)
-	}
-}
-
 // TestTLSParkedIdleTimeout: the parker closes a parked TLS connection at its idle timeout
 // (off its own goroutine: crypto/tls's Close sends close_notify), not before, counts it
 // closed and leaves no serving goroutine.
@@ -458,7 +416,7 @@ func TestTLSParkedIdleTimeout(t *testing.T) {
 	testwait.Until(t, 2*idle, "the idle TLS connection parked", func() bool { return parkedOn(e.srv) == 1 })
 	// The read ends with the proxy's close_notify (io.EOF) or its close: the event itself.
 	took := pc.closedByProxy().Sub(answered)
-	if took < idle-100*time.Millisecond || took > idle+parkTick+h1IdleSlack+time.Second {
+	if took < idle-100*time.Millisecond || took > idle+park.Tick+h1IdleSlack+time.Second {
 		t.Errorf("closed %s after the answer; the idle timeout is %s", took, idle)
 	}
 	testwait.Until(t, 5*time.Second, "the connection counted closed", func() bool { return e.openH1() == 0 && parkedOn(e.srv) == 0 })

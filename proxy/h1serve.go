@@ -68,22 +68,13 @@ const (
 	h1ParkCrowd = 256
 )
 
-const (
-	h1New     int32 = iota // accepted, nothing read yet
-	h1Idle                 // waiting for the next request
-	h1Active               // reading or serving a request
-	h1Closing              // Shutdown closed it
-	h1Parked               // the parker holds it; it has no goroutine (h1idle.go)
-	h1Asleep               // it went on as a sleeper (h1sleep_linux.go): nobody's now
-)
-
 // h1NewGrace is how long Shutdown leaves a new connection that has sent nothing yet
 // (net/http's rule): its first request may be on the way.
 const h1NewGrace = 5 * time.Second
 
 // h1Conn is one client connection on the fast path. Its fields belong to its goroutine
-// (or to the parker while it is parked), except state, which Shutdown reads and swaps,
-// and pr's seq and fd, which are the parker's (under its lock).
+// (or to the parker while it is parked), except life, its state word, which whoever
+// ends it reads and swaps (life.go).
 type h1Conn struct {
 	s       *Server
 	cc      *clientConn
@@ -91,7 +82,7 @@ type h1Conn struct {
 	rbuf    []byte
 	r, w    int // rbuf[r:w] is read but not yet consumed
 	scanned int // how far rbuf[r:w] was searched for the end of a head
-	state   atomic.Int32
+	life    *connLife
 
 	secure  bool
 	altSvc  bool
@@ -106,17 +97,15 @@ type h1Conn struct {
 	// wdlSetAt is when the write deadline (ClientSendTimeout) was last set (send).
 	wdlSetAt time.Time
 	served   int
-	parkable bool       // on TCP (plain or TLS), and the server has a parker (h1idle.go)
-	parking  bool       // run returned to park the idle connection
-	pk       *parker    // the server's parker, when parkable (or an HTTP/2 one may park)
-	pr       parkRec    // the parker's record (h1idle.go)
-	h2c      *h2.Conn   // the HTTP/2 engine's connection, once it serves one (h2serve.go)
-	h2Parked bool       // the engine returned parked: finish hands it to the parker
-	asleep   *h1Sleeper // what c became in state h1Asleep (h1sleep_linux.go), for End
-	tlsMark  int64      // TLS: record bytes taken from the socket when the idle wait began
-	started  time.Time  // accepted at
-	now      time.Time  // read once per request
-	closing  bool       // the current response says Connection: close; then the conn closes
+	parkable bool         // on TCP (plain or TLS), and the server has a parker (h1idle.go)
+	parking  bool         // run returned to park the idle connection
+	pk       *park.Parker // the server's parker, when parkable (or an HTTP/2 one may park)
+	h2c      *h2.Conn     // the HTTP/2 engine's connection, once it serves one (h2serve.go)
+	h2Parked bool         // the engine returned parked: finish hands it to the parker
+	tlsMark  int64        // TLS: record bytes taken from the socket when the idle wait began
+	started  time.Time    // accepted at
+	now      time.Time    // read once per request
+	closing  bool         // the current response says Connection: close; then the conn closes
 
 	// headerDeadline: the head readHead waits for has its ReadHeaderTimeout set.
 	headerDeadline bool
@@ -234,15 +223,15 @@ func (set *h1Set) closeIdle() int {
 		sh.mu.Lock()
 		for c := range sh.m {
 			switch {
-			case c.state.Load() == h1Parked:
-				if c.pk.claim(c) {
+			case c.life.State() == park.Parked:
+				if _, ok := c.pk.Claim(&c.life.Life, park.Closing); ok {
 					parked = append(parked, c)
 					if c.h2c == nil {
 						delete(sh.m, c) // finish's remove finds it gone
-					} // an HTTP/2 one counts until its GOAWAY is out (endParked)
+					} // an HTTP/2 one counts until its GOAWAY is out (EndParked)
 				}
-			case c.state.CompareAndSwap(h1Idle, h1Closing) ||
-				time.Since(c.started) >= h1NewGrace && c.state.CompareAndSwap(h1New, h1Closing):
+			case c.life.CompareAndSwap(park.Idle, park.Closing) ||
+				time.Since(c.started) >= h1NewGrace && c.life.CompareAndSwap(park.New, park.Closing):
 				c.closeConn()
 			}
 		}
@@ -250,13 +239,13 @@ func (set *h1Set) closeIdle() int {
 		sh.mu.Unlock()
 	}
 	for _, c := range parked {
-		c.endParked(true)
+		c.EndParked(true)
 	}
 	return n
 }
 
 // closeAll closes every connection and refuses new ones. Parked connections are claimed
-// from the parker (never closed under it); the others are marked h1Closing with a CAS,
+// from the parker (never closed under it); the others are marked Closing with a CAS,
 // so that a connection that parks meanwhile is claimed on the next turn instead.
 func (set *h1Set) closeAll() {
 	var parked []*h1Conn
@@ -266,19 +255,19 @@ func (set *h1Set) closeAll() {
 		sh.mu.Lock()
 		for c := range sh.m {
 			for {
-				st := c.state.Load()
-				if st == h1Parked {
-					if c.pk.claim(c) {
+				st := c.life.State()
+				if st == park.Parked {
+					if _, ok := c.pk.Claim(&c.life.Life, park.Closing); ok {
 						parked = append(parked, c)
 						delete(sh.m, c)
 						break
 					}
 					continue // unparked meanwhile: it has a goroutine again
 				}
-				if st == h1Asleep {
-					break // its sleeper is the parker's (endSleepers)
+				if st == park.Sleeping {
+					break // its goroutine ends it: the parker refuses a park while the server drains
 				}
-				if c.state.CompareAndSwap(st, h1Closing) {
+				if st.Ended() || c.life.CompareAndSwap(st, park.Closing) {
 					c.closeConn()
 					break
 				}
@@ -287,7 +276,7 @@ func (set *h1Set) closeAll() {
 		sh.mu.Unlock()
 	}
 	for _, c := range parked {
-		c.endParked(false)
+		c.EndParked(false)
 	}
 }
 
@@ -335,8 +324,7 @@ func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
 		}
 		delay = 0
 		cc := nc.(*clientConn)
-		c := &h1Conn{s: s, cc: cc, ho: ho, secure: cc.isTLS(), started: time.Now()}
-		cc.h1.Store(c) // an abuse verdict claims it from the parker (clientConn.End)
+		c := &h1Conn{s: s, cc: cc, life: cc.life, ho: ho, secure: cc.isTLS(), started: time.Now()}
 		// Counted before it joins the set: a connection in the set always holds the wait
 		// group, which closeConn relies on.
 		s.h1.wg.Add(1)
@@ -365,7 +353,7 @@ func (c *h1Conn) finish(handoff bool) {
 	for c.h2Parked {
 		c.h2Parked = false
 		c.dropTLSBuffers()
-		if !s.draining.Load() && c.pk.park(c) {
+		if !s.draining.Load() && c.pk.Park(c, c.parkedDeadline()) {
 			parkedTotal.Add(1)
 			return // the parker owns it now
 		}
@@ -378,8 +366,8 @@ func (c *h1Conn) finish(handoff bool) {
 		if c.park() {
 			return // the parker owns it now
 		}
-		if c.state.Load() == h1Closing || s.draining.Load() {
-			break // Shutdown closed it meanwhile
+		if c.life.State().Ended() || s.draining.Load() {
+			break // Shutdown or a strike ended it meanwhile
 		}
 		// The parker could not take it: serve on without parking.
 		c.parkable = false
@@ -389,7 +377,8 @@ func (c *h1Conn) finish(handoff bool) {
 	}
 	s.h1.remove(c)
 	s.totals.Conn(stats.Proto(c.cc.proto.Load()), -1)
-	if handoff && c.state.Load() != h1Closing && !s.draining.Load() {
+	st := c.life.State()
+	if handoff && !st.Ended() && !s.draining.Load() {
 		// net/http sets its own read deadlines, not write ones: ours must not outlive
 		// the fast path.
 		_ = c.cc.SetWriteDeadline(time.Time{})
@@ -400,6 +389,13 @@ func (c *h1Conn) finish(handoff bool) {
 		c.rbuf = nil
 		c.ho.handoff(c.cc)
 		return
+	}
+	// Closed here: the word says it is ended (Closing), unless a strike said so first.
+	for !st.Ended() && !c.life.CompareAndSwap(st, park.Closing) {
+		st = c.life.State()
+	}
+	if st == park.Struck {
+		c.cc.resetOnClose() // ended for abuse
 	}
 	c.cc.flushTail(s, true)
 	_ = c.cc.Close()
@@ -443,7 +439,6 @@ func (c *h1Conn) run() (handoff bool) {
 func (c *h1Conn) setParkable() {
 	if pk := c.s.parker; pk != nil && c.s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
 		c.parkable, c.pk = true, pk
-		c.pr = parkRec{state: &c.state, awake: h1Idle}
 	}
 }
 
@@ -664,8 +659,7 @@ func (c *h1Conn) readHead() int {
 				c.headerDeadline, c.dlIdle = true, false
 			}
 		} else if c.served > 0 && !c.headerDeadline {
-			c.state.Store(h1Idle)
-			if s.draining.Load() {
+			if !c.toIdle() || s.draining.Load() {
 				return h1Close
 			}
 			if c.idleDeadlineStale() {
@@ -777,20 +771,27 @@ func (c *h1Conn) idleDeadlineStale() bool {
 	return !c.dlIdle || time.Since(c.dlSetAt) >= min(h1IdleSlack, c.dlWait/2)
 }
 
-// activate marks the connection busy; false when Shutdown closed it meanwhile.
+// activate marks the connection busy; false when it was ended meanwhile (Shutdown, a
+// strike).
 func (c *h1Conn) activate() bool {
 	for {
-		switch st := c.state.Load(); st {
-		case h1Active:
+		switch st := c.life.State(); st {
+		case park.Active:
 			return true
-		case h1Closing:
-			return false
-		default:
-			if c.state.CompareAndSwap(st, h1Active) {
+		case park.New, park.Idle:
+			if c.life.CompareAndSwap(st, park.Active) {
 				return true
 			}
+		default:
+			return false
 		}
 	}
+}
+
+// toIdle marks the connection idle between requests; false when it was ended
+// meanwhile.
+func (c *h1Conn) toIdle() bool {
+	return c.life.CompareAndSwap(park.Active, park.Idle) || c.life.State() == park.Idle
 }
 
 // readBody reads until rbuf holds end bytes (a body of at most the buffer's size). What

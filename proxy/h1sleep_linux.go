@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/serve-zone/ingress/internal/rawnet"
@@ -10,7 +9,6 @@ import (
 	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/stats"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // Plain HTTP/1.1 connections park in a compact form: they sleep.
@@ -21,48 +19,42 @@ import (
 // more than that: the h1Conn, the clientConn, rawnet's wrapper, net's TCPConn, netFD
 // and addresses (1.1 KiB of heap), and the runtime's poll descriptor beside them (a
 // quarter KiB the runtime never frees while the descriptor is open). So the parker holds
-// an h1Sleeper instead (about 130 B with its places in the parker's tables):
+// an h1Sleeper instead (112 B, and 24 B for its state word: connLife; 48 B more of
+// places in the parker's tables):
 //
-//   - At the park (sleep), the socket's descriptor is duplicated and Go's connection is
-//     closed; the duplicate keeps the socket open, so the client sees nothing. The
-//     connection's place in its address's budgets moves to the sleeper
+//   - At the park (sleep), the socket's descriptor is duplicated (park.Dup) and Go's
+//     connection is closed; the duplicate keeps the socket open, so the client sees
+//     nothing. The connection's place in its address's budgets moves to the sleeper
 //     (clients.Hold.Move), its bytes are flushed to its last hostname, and it leaves
 //     the fast path's set (Shutdown reaches sleepers through the parker: endSleepers).
 //   - Readable again, the sleeper wakes on a goroutine the parker starts (the server's
-//     h1 wait group): its descriptor becomes the connection's as it is
-//     (rawnet.NewSockConn: no duplicate, so a process at its descriptor limit wakes its
-//     sleepers as it serves its other connections), the budget's place moves back, and
-//     the fast path serves on as on any idle connection (three system calls: paid once
-//     per wake of a connection that was idle longer than its client's pace asks).
+//     h1 wait group): its descriptor becomes the connection's as it is (park.FD.Wake:
+//     no duplicate, so a process at its descriptor limit wakes its sleepers as it
+//     serves its other connections), the budget's place moves back, and the fast path
+//     serves on as on any idle connection (three system calls: paid once per wake of a
+//     connection that was idle longer than its client's pace asks).
 //   - The idle timeout, a hang-up, Shutdown and the parker's stop close it like any
-//     parked connection; an abuse verdict (clients.Table.Strike reaches it through its
-//     place, or through the clientConn it had when the strike chose that before the
-//     place moved: clientConn.End, h1Conn.asleep) resets it, whether it sleeps, is
-//     being put to sleep or is waking.
+//     parked connection; a strike resets it, whether it sleeps, is being put to sleep or
+//     is waking: the state word it shares with the connection's other forms (connLife)
+//     says which, and whoever changes its form finds the strike there.
 //   - A client that reset the connection before it woke leaves a socket with no peer to
 //     name: it is closed.
 //
-// States (sl.state): h1Idle while its owner puts it to sleep or wakes it, h1Parked while
-// the parker holds it, h1Closing once someone ended it, h1Active once it woke into a
-// connection (woken), to which a late strike is passed on.
+// States: Idle, then Sleeping while its goroutine puts it to sleep, Asleep while the
+// parker holds it, Waking while a goroutine rebuilds it, Idle again once woken; Closing
+// or Struck once someone ended it.
 
 // h1Sleeper is a parked plain HTTP/1.1 connection in its compact form.
 type h1Sleeper struct {
-	pr    parkRec
-	state atomic.Int32
-	fd    int32 // the socket's duplicate descriptor, the sleeper's own
+	life *connLife
+	fd   park.FD // the socket's duplicate descriptor, the sleeper's own
 	// counted: the connection was counted under a hostname (connAttribution).
-	counted bool
-	// idleAt is when its idle wait began (h1Conn.dlSetAt), since the parker's epoch.
-	idleAt   time.Duration
+	counted  bool
 	hold     clients.Hold
 	lastHost *stats.Host // the hostname its next unclaimed bytes go to (clientConn.lastHost)
 	pace     park.Pace   // its client's pace (h1Conn.pace)
 	via      *balanced   // its client as a balancer's PROXY header named it (clientConn.via)
 	s        *Server
-	// woken is the connection it became, for a strike that chose the sleeper before its
-	// place moved on.
-	woken atomic.Pointer[clientConn]
 }
 
 // canSleep: plain HTTP/1.1 connections sleep where they park.
@@ -70,117 +62,77 @@ const canSleep = true
 
 // sleep parks c, an idle plain HTTP/1.1 connection with nothing read, as a sleeper. It
 // reports whether the connection is not c's any more (asleep, ended, or served on as
-// another connection); false when nothing changed: c is as it was and parks as an
-// h1Conn or closes (Shutdown got to it first: state h1Closing).
-func (c *h1Conn) sleep(pk *parker) bool {
+// another connection); false when it is c's still: ended meanwhile (then finish closes
+// it), or as it was (then it parks whole).
+func (c *h1Conn) sleep(pk *park.Parker) bool {
 	cc := c.cc
 	if c.secure || c.h2c != nil || len(cc.pending) > 0 || c.r != c.w || c.ho != c.s.hoHTTP {
 		return false
 	}
-	fd := -1
-	if err := c.control(func(d uintptr) {
-		r, _, e := unix.RawSyscall(unix.SYS_FCNTL, d, unix.F_DUPFD_CLOEXEC, 0)
-		if e == 0 {
-			fd = int(r)
-		}
-	}); err != nil || fd < 0 {
+	if !c.life.CompareAndSwap(park.Idle, park.Sleeping) {
+		return false // ended meanwhile
+	}
+	fd, err := park.Dup(c.rawConn())
+	if err != nil {
+		// No descriptor to spare: it parks whole, unless it was struck meanwhile.
+		c.life.CompareAndSwap(park.Sleeping, park.Idle)
 		return false
 	}
 	s := c.s
-	sl := &h1Sleeper{fd: int32(fd), counted: cc.counted.Load(), idleAt: c.dlSetAt.Sub(pk.epoch),
-		lastHost: cc.lastHost, pace: c.pace, via: cc.via, s: s}
-	sl.pr = parkRec{state: &sl.state, awake: h1Idle}
-	sl.state.Store(h1Idle)
-	// Published by the CAS: a strike that collected cc before its place moved to the
-	// sleeper, and calls cc.End once Go's connection is closed, passes on to it.
-	c.asleep = sl
-	if !c.state.CompareAndSwap(h1Idle, h1Asleep) {
-		_ = unix.Close(fd) // Shutdown closed c meanwhile
-		return false
-	}
+	sl := &h1Sleeper{life: c.life, fd: fd, counted: cc.counted.Load(), lastHost: cc.lastHost, pace: c.pace, via: cc.via, s: s}
 	cc.flushTail(s, true)
 	cc.hold.Move(&sl.hold, sl)
 	s.h1.remove(c)
 	_ = cc.Conn.Close() // Go's descriptor and poll registration; the socket stays open
-	if pk.park(sl) {
+	c.life.cc = nil     // nothing of the awake form stays alive while it sleeps
+	lifeStep(c.life, park.Sleeping)
+	if pk.Park(sl, c.parkedDeadline()) {
 		return true
 	}
-	// Not parked: ended by a strike meanwhile, Shutdown, or the registration failed.
+	// Not parked: the server drains, the registration failed, or a strike came.
 	switch {
-	case sl.state.Load() == h1Closing:
-		sl.close(true)
-	case s.draining.Load():
-		sl.state.Store(h1Closing)
-		sl.close(false)
-	default:
+	case s.draining.Load() && c.life.CompareAndSwap(park.Sleeping, park.Closing):
+		sl.close()
+	case c.life.CompareAndSwap(park.Sleeping, park.Waking):
 		sl.wake(false) // serve on, without parking again
+	default:
+		sl.close() // struck: reset
 	}
 	return true
 }
 
-func (sl *h1Sleeper) parkRec() *parkRec { return &sl.pr }
+var _ park.Parkee = (*h1Sleeper)(nil)
 
-// control runs f with the sleeper's descriptor, which only its claimer closes.
-func (sl *h1Sleeper) control(f func(fd uintptr)) error {
-	f(uintptr(sl.fd))
-	return nil
-}
+// Life is the sleeper's state word, its connection's (park.Parkee).
+func (sl *h1Sleeper) Life() *park.Life { return &sl.life.Life }
 
-func (sl *h1Sleeper) parkedDeadline() time.Time {
-	return sl.s.parker.epoch.Add(sl.idleAt + sl.s.cfg.IdleTimeout)
-}
+// Control runs f with the sleeper's descriptor, which only its owner closes.
+func (sl *h1Sleeper) Control(f func(fd uintptr)) error { return sl.fd.Control(f) }
 
-// unparked wakes the readable sleeper on a goroutine the parker started.
-func (sl *h1Sleeper) unparked() { sl.wake(true) }
+// Unparked wakes the readable sleeper on a goroutine the parker started.
+func (sl *h1Sleeper) Unparked() { sl.wake(true) }
 
-// endParked closes the claimed sleeper: idle timeout, hang-up, Shutdown, stop.
-func (sl *h1Sleeper) endParked(bool) { sl.close(false) }
+// EndParked closes the claimed sleeper: idle timeout, hang-up, Shutdown, stop, strike.
+func (sl *h1Sleeper) EndParked(bool) { sl.close() }
 
 // End ends the connection for abuse (clients.Ender, from any goroutine) without
-// blocking: asleep, it is claimed and reset here; while its owner puts it to sleep or
-// wakes it, the owner resets it; woken, the connection it became is ended.
-func (sl *h1Sleeper) End() {
-	for {
-		switch sl.state.Load() {
-		case h1Parked:
-			if sl.s.parker.claim(sl) {
-				sl.close(true)
-				return
-			}
-		case h1Idle:
-			if sl.state.CompareAndSwap(h1Idle, h1Closing) {
-				return
-			}
-		case h1Active:
-			if cc := sl.woken.Load(); cc != nil {
-				cc.End()
-			}
-			return
-		default:
-			return
-		}
-	}
-}
+// blocking, whatever form it has taken since (connLife.end).
+func (sl *h1Sleeper) End() { sl.life.end(sl.s) }
 
-// close ends the sleeper's connection (reset: for abuse), gives its place back and
-// counts it closed. Its caller owns it (claimed, or never parked).
-func (sl *h1Sleeper) close(reset bool) {
-	fd := int(sl.fd)
-	if reset {
-		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
-	}
-	_ = unix.Close(fd)
+// close ends the sleeper's connection (reset when it was struck), gives its place back
+// and counts it closed. Its caller owns it (claimed, or never parked).
+func (sl *h1Sleeper) close() {
+	sl.fd.Close(sl.life.State() == park.Struck)
 	sl.hold.Close()
 	sl.s.totals.Conn(stats.ProtoHTTP1, -1)
 }
 
-// wake rebuilds the connection from the sleeper and serves it on the fast path (on a
-// goroutine of the server's h1 wait group); parkable false: it does not park again.
+// wake rebuilds the connection from the sleeper, in state Waking, and serves it on the
+// fast path (on a goroutine of the server's h1 wait group); parkable false: it does not
+// park again.
 func (sl *h1Sleeper) wake(parkable bool) {
 	s := sl.s
-	// The sleeper's own descriptor becomes the connection's: no duplicate (a process at
-	// its descriptor limit has none to spare), three system calls.
-	nc, err := rawnet.NewSockConn(int(sl.fd))
+	nc, err := sl.fd.Wake()
 	if err != nil {
 		// ErrNotConnected: the client reset the connection since it became readable (a
 		// request and a reset at once); without its address it cannot be served
@@ -188,19 +140,19 @@ func (sl *h1Sleeper) wake(parkable bool) {
 		if !errors.Is(err, rawnet.ErrNotConnected) {
 			s.log.Warn("a parked connection could not be woken; it is closed", zap.Error(err))
 		}
+		sl.life.CompareAndSwap(park.Waking, park.Closing)
 		sl.hold.Close()
 		s.totals.Conn(stats.ProtoHTTP1, -1)
 		return
 	}
-	cc := &clientConn{Conn: nc, s: s, lastHost: sl.lastHost, via: sl.via}
+	cc := &clientConn{Conn: nc, s: s, lastHost: sl.lastHost, via: sl.via, life: sl.life}
 	cc.proto.Store(uint32(stats.ProtoHTTP1))
 	cc.counted.Store(sl.counted)
-	c := &h1Conn{s: s, cc: cc, ho: s.hoHTTP, started: time.Now(), served: 1, pace: sl.pace}
-	c.state.Store(h1Idle)
-	cc.h1.Store(c)
+	c := &h1Conn{s: s, cc: cc, life: sl.life, ho: s.hoHTTP, started: time.Now(), served: 1, pace: sl.pace}
 	sl.hold.Move(&cc.hold, cc)
-	sl.woken.Store(cc)
-	if !sl.state.CompareAndSwap(h1Idle, h1Active) {
+	sl.life.cc = cc // its awake form, for whoever ends it once it is Idle (connLife)
+	lifeStep(sl.life, park.Waking)
+	if !sl.life.CompareAndSwap(park.Waking, park.Idle) {
 		cc.resetOnClose() // struck while waking
 		_ = cc.Close()
 		s.totals.Conn(stats.ProtoHTTP1, -1)
@@ -209,8 +161,8 @@ func (sl *h1Sleeper) wake(parkable bool) {
 	// This goroutine belongs to the h1 wait group (the parker's, or the one that put
 	// the connection to sleep), as the set's members must.
 	if !s.h1.add(c) {
-		_ = cc.Close()
-		s.totals.Conn(stats.ProtoHTTP1, -1)
+		c.life.CompareAndSwap(park.Idle, park.Closing) // closeAll ran
+		c.finishClosed()
 		return
 	}
 	c.ip = clientIP(cc.RemoteAddr().String())
@@ -222,21 +174,11 @@ func (sl *h1Sleeper) wake(parkable bool) {
 	c.finish(c.loop())
 }
 
-// endSleepers claims and closes every sleeping connection (Shutdown's drain, closeNow):
-// they are idle, and not in the fast path's set.
-func (p *parker) endSleepers() {
-	if p == nil {
-		return
+// finishClosed closes a woken connection that never joined the fast path's set.
+func (c *h1Conn) finishClosed() {
+	if c.life.State() == park.Struck {
+		c.cc.resetOnClose()
 	}
-	var left []*h1Sleeper
-	p.mu.Lock()
-	for _, c := range p.byFd {
-		if sl, ok := c.(*h1Sleeper); ok && p.unregister(sl, h1Closing) {
-			left = append(left, sl)
-		}
-	}
-	p.mu.Unlock()
-	for _, sl := range left {
-		sl.close(false)
-	}
+	_ = c.cc.Close()
+	c.s.totals.Conn(stats.ProtoHTTP1, -1)
 }

@@ -13,24 +13,11 @@ import (
 	"time"
 
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 )
 
 // sleepers is how many parked connections s holds in their compact form (h1sleep_linux.go).
-func sleepers(s *Server) int {
-	pk := s.parker
-	if pk == nil {
-		return 0
-	}
-	pk.mu.Lock()
-	defer pk.mu.Unlock()
-	n := 0
-	for _, c := range pk.byFd {
-		if sl, ok := c.(*h1Sleeper); ok && sl.state.Load() == h1Parked {
-			n++
-		}
-	}
-	return n
-}
+func sleepers(s *Server) int { return s.parker.Count(park.Asleep) }
 
 // fastPathConns is how many connections the fast path's set holds.
 func fastPathConns(s *Server) int {

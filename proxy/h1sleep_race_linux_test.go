@@ -43,14 +43,17 @@ func onlyFastPathConn(t *testing.T, s *Server) *h1Conn {
 // the sleeper in between). That stale clientConn's End must still end the connection:
 // here it is called once the connection sleeps, as a strike that lost that race would
 // call it, and the client must see the end within strikeWithin; also when the
-// connection woke and went to sleep again in between.
+// connection woke and went to sleep again in between, or woke and waits awake (its
+// present form another clientConn, which the old one's End reaches through their
+// shared state word).
 func TestSleeperStrikeThroughOldConn(t *testing.T) {
 	skipUnlessParking(t)
-	t.Run("asleep", func(t *testing.T) { strikeThroughOldConn(t, false) })
-	t.Run("woken and asleep again", func(t *testing.T) { strikeThroughOldConn(t, true) })
+	t.Run("asleep", func(t *testing.T) { strikeThroughOldConn(t, false, true) })
+	t.Run("woken and asleep again", func(t *testing.T) { strikeThroughOldConn(t, true, true) })
+	t.Run("woken", func(t *testing.T) { strikeThroughOldConn(t, true, false) })
 }
 
-func strikeThroughOldConn(t *testing.T, wakeFirst bool) {
+func strikeThroughOldConn(t *testing.T, wakeFirst, asleep bool) {
 	e := newEnv(t, func(c *Config) { c.IdleTimeout = 30 * time.Second })
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
 	rc := newRawClient(t, e.http)
@@ -70,7 +73,12 @@ func strikeThroughOldConn(t *testing.T, wakeFirst bool) {
 		if res, _ := rc.read("GET"); res.StatusCode != 200 {
 			t.Fatalf("GET /b: %d", res.StatusCode)
 		}
-		waitFor(t, "asleep again", func() bool { return sleepers(e.srv) == 1 && parkedTotal.Load() > parks })
+		if asleep {
+			waitFor(t, "asleep again", func() bool { return sleepers(e.srv) == 1 && parkedTotal.Load() > parks })
+		} else if n := fastPathConns(e.srv); n != 1 {
+			// Its client's pace (a request every h1ParkAfter) keeps it awake for twice that.
+			t.Fatalf("the woken connection is not awake: %d in the fast path's set", n)
+		}
 	}
 	old.End() // the strike that collected the clientConn before the move
 	endsWithin(t, "a sleeper struck through its old clientConn", rc.c, strikeWithin)

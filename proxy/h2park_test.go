@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/serve-zone/ingress/internal/testwait"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
 )
@@ -563,8 +564,8 @@ func TestH2ParkedIdleTimeout(t *testing.T) {
 		t.Fatalf("the parked connection at its idle timeout: %v", err)
 	}
 	took := time.Since(answered)
-	// The parker checks in parkTick steps; the GOAWAY then waits for the engine's start.
-	if took < idle-100*time.Millisecond || took > idle+parkTick+2*time.Second {
+	// The parker checks in park.Tick steps; the GOAWAY then waits for the engine's start.
+	if took < idle-100*time.Millisecond || took > idle+park.Tick+2*time.Second {
 		t.Errorf("ended %s after the answer; the idle timeout is %s", took, idle)
 	}
 	testwait.Until(t, 5*time.Second, "the connection counted closed", func() bool { return e.openH2() == 0 && parkedOn(e.srv) == 0 })

@@ -116,7 +116,6 @@ func (c *h1Conn) serveH2() {
 		c.pk, cfg.ParkAfter = pk, h1ParkAfter
 		cfg.ParkSoon, cfg.Crowded = h1ParkSoon, s.crowded // as HTTP/1.1's (h1serve.go)
 		cfg.AwakeMax = h1AwakeMax
-		c.pr = parkRec{state: &c.state, awake: h1Active}
 	}
 	conn := h2.NewConn(cc, cfg, f)
 	s.h2.add(conn)

@@ -300,7 +300,7 @@ func (s *Server) watchHTTP3(hc *h3Conn) {
 	case <-c.HandshakeComplete():
 		s.admitQUIC(hc)
 		s.attributeSNI(hc)
-		s.parker.noteHandshake() // its garbage counts into the next memory release
+		s.parker.NoteHandshake() // its garbage counts into the next memory release
 	case <-c.Context().Done():
 		select {
 		case <-c.HandshakeComplete():

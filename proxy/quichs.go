@@ -46,8 +46,8 @@ import (
 //   - Trusted proxies' connections take no place in a budget (as on TCP) but count over
 //     all.
 //   - A handshake that ends without completing counts into the memory release's wave as
-//     a completed one does (parker.noteHandshake): a flood of them leaves its garbage,
-//     which an idle server would otherwise keep for minutes.
+//     a completed one does (park.Parker.NoteHandshake): a flood of them leaves its
+//     garbage, which an idle server would otherwise keep for minutes.
 const (
 	quicHandshakesPerAddr = 32
 	quicRetryPerAddr      = 8
@@ -161,7 +161,7 @@ func (hs *quicHandshake) ended() {
 		return
 	case hsInProgress:
 		hs.s.h3.handshakes.Add(-1)
-		hs.s.parker.noteHandshake()
+		hs.s.parker.NoteHandshake()
 	}
 	hs.hold.Close()
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/serve-zone/ingress/proxy/internal/clients"
+	"github.com/serve-zone/ingress/proxy/internal/park"
 	"github.com/serve-zone/ingress/proxy/internal/penalty"
 	"github.com/serve-zone/ingress/routetable"
 	"github.com/serve-zone/ingress/stats"
@@ -239,8 +240,9 @@ type Server struct {
 	hoHTTP, hoHTTPS *handoffListener
 	h1              h1Set
 	// parker holds idle HTTP/1.1 and HTTP/2 connections without a goroutine (h1idle.go),
-	// plain HTTP/1.1 ones as sleepers (h1sleep_linux.go); nil where nothing parks. Serve sets it before it accepts anything.
-	parker *parker
+	// plain HTTP/1.1 ones as sleepers (h1sleep_linux.go); nil where nothing parks. Serve
+	// sets it before it accepts anything.
+	parker *park.Parker
 	// parkCrowd: with more goroutines than this, idle connections park after
 	// h1ParkSoon (h1serve.go); tests lower it.
 	parkCrowd int
@@ -503,13 +505,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	udp := s.h3.pc
 	tlsOn := s.httpsLn != nil
-	if canPark && (s.httpLn != nil || s.httpsLn != nil) && s.cfg.IdleTimeout > h1ParkAfter {
-		pk, err := newParker(s)
+	if park.CanPark && (s.httpLn != nil || s.httpsLn != nil) && s.cfg.IdleTimeout > h1ParkAfter {
+		pk, err := s.newParker()
 		if err != nil {
 			s.log.Warn("idle connections will not park", zap.Error(err))
 		} else {
 			s.parker = pk
-			s.h1.wg.Go(pk.run)
+			s.h1.wg.Go(pk.Run)
 		}
 	}
 	s.mu.Unlock()
@@ -591,7 +593,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	// parker and the QUIC connection watchers. Nothing parks any more (the server
 	// drained or closed everything), so the parker stops.
 	if s.parker != nil {
-		s.parker.stop()
+		s.parker.Stop()
 	}
 	s.h1.wg.Wait()
 	s.tunnels.wg.Wait()
@@ -650,7 +652,7 @@ func (s *Server) closeNow() {
 	s.closeHTTP3()
 	s.closeListeners()
 	s.h1.closeAll()
-	s.parker.endSleepers()
+	s.endSleepers()
 	s.tunnels.closeAll()
 	s.up.CloseIdle()
 }
@@ -681,7 +683,7 @@ func (s *Server) shutdownH1(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			s.h1.closeAll()
-			s.parker.endSleepers()
+			s.endSleepers()
 			return
 		case <-t.C:
 		}
@@ -692,7 +694,7 @@ func (s *Server) shutdownH1(ctx context.Context) {
 // (h1sleep_linux.go), and reports how many of its connections are left.
 func (s *Server) closeIdleH1() int {
 	n := s.h1.closeIdle()
-	s.parker.endSleepers()
+	s.endSleepers()
 	return n
 }
 

@@ -129,7 +129,7 @@ func TestIdleKeepAliveMemory(t *testing.T) {
 // TLS (issue 26: at most 12 KB of RSS each; measured: 3.6 KiB of Go memory and 5.7 KiB of
 // RSS each). Parked, a TLS connection holds its tls.Conn (about 1 KiB) and its two
 // AES-GCM states (about 1.8 KiB) besides what a plain one holds; crypto/tls's input
-// buffers are dropped at the park (proxy/tlsbuf.go).
+// buffers are dropped at the park (proxy/internal/tlsbuf).
 const (
 	idleTLSBudget    = 50 << 20
 	idleTLSRSSBudget = 80 << 20

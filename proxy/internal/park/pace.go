@@ -1,7 +1,3 @@
-// Package park holds the mechanisms of idle connections that the proxy's front-ends
-// share: a client's pace, which decides how long an idle connection waits awake before
-// it parks (Pace), and the coarse deadlines of those waits (Coarse). It knows nothing of
-// routes, protocols or listeners.
 package park
 
 import "time"
