@@ -433,9 +433,10 @@ func TestBalancerRefusesBadHeaders(t *testing.T) {
 	if got := e.totals.Snapshot().Refusals[stats.RefusalProxyProtocol]; got != want {
 		t.Fatalf("%d refusals, want %d", got, want)
 	}
-	if e.openH1() != 0 {
-		t.Fatalf("%d connections still counted open", e.openH1())
-	}
+	testwait.UntilWhy(t, 5*time.Second, "every connection closed", func() (bool, string) {
+		n := e.openH1()
+		return n == 0, fmt.Sprint(n, " open")
+	})
 }
 
 // TestProxyHeaderFromElsewhere: a PROXY header from an address outside

@@ -76,7 +76,9 @@ func originForm(p string) bool {
 	return true
 }
 
-// streamConn is an HTTP/2 stream as the client side of a tunnel: Close resets it.
+// streamConn is an HTTP/2 stream as the client side of a tunnel: Close resets it, or
+// after closeWrite ends the reading of it (the stream's end then tells the client to
+// stop sending with RST_STREAM NO_ERROR, RFC 9113 §8.1).
 type streamConn struct {
 	st            *h2.Stream
 	local, remote net.Addr
@@ -87,7 +89,10 @@ func (c *streamConn) Read(p []byte) (int, error)  { return c.st.Read(p) }
 func (c *streamConn) Write(p []byte) (int, error) { return c.st.Write(p) }
 func (c *streamConn) closeWrite()                 { _ = c.st.Close(nil) }
 func (c *streamConn) Close() error {
-	c.once.Do(func() { c.st.Reset(http2.ErrCodeCancel) })
+	c.once.Do(func() {
+		c.st.Reset(http2.ErrCodeCancel) // nothing after the response ended (closeWrite)
+		c.st.CloseRead()
+	})
 	return nil
 }
 func (c *streamConn) LocalAddr() net.Addr              { return c.local }

@@ -39,7 +39,7 @@ func (x *httpWork) switchH3(accepted http.Header, bc net.Conn) tunnelClient {
 
 // h3StreamConn is an HTTP/3 request stream as the client side of a tunnel. Close
 // aborts only what has not ended cleanly: the receiving side unless the client's FIN was
-// read, the sending side unless ours was sent. QUIC lets a RESET_STREAM overtake
+// read or ours sent, the sending side unless ours was sent. QUIC lets a RESET_STREAM overtake
 // data still unacknowledged, so resetting after our FIN would cut off the tunnel's last
 // bytes.
 type h3StreamConn struct {
@@ -65,7 +65,16 @@ func (c *h3StreamConn) closeWrite() {
 func (c *h3StreamConn) Close() error {
 	c.once.Do(func() {
 		if !c.eof.Load() {
-			c.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+			if c.fin.Load() {
+				// After our FIN (tunnelFinWait passed) reading only stops here: a
+				// STOP_SENDING then fails Chromium's other WebSockets on the connection
+				// (148, EnableWebsocketsOverHttp3). The stream ends with the client's
+				// FIN or the connection; what the client sends meanwhile stays within
+				// the stream's flow-control window.
+				_ = c.str.SetReadDeadline(time.Unix(1, 0))
+			} else {
+				c.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))
+			}
 		}
 		if !c.fin.Load() {
 			c.str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestCanceled))

@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 
+	"github.com/serve-zone/ingress/internal/testwait"
 	"github.com/serve-zone/ingress/routetable"
 )
 
@@ -66,5 +70,55 @@ func TestTunnelCleanEndDeliversAll(t *testing.T) {
 			res.Body.Close()
 			check(t, got, err)
 		}
+	})
+}
+
+// TestTunnelEndsAfterTheTarget: when the target ends a tunnel (its close after the
+// WebSocket close handshake) and the client never ends its side (Chromium 148 over
+// HTTP/2 sends no END_STREAM after it), the tunnel still closes, tunnelFinWait after
+// the target's end, on each protocol; every byte the target sent arrives first.
+func TestTunnelEndsAfterTheTarget(t *testing.T) {
+	const host = "ws.example.test"
+	body := []byte("\x88\x06\x03\xe8done") // a close frame: 1000 "done"
+	e := newEnv(t, withHTTP3)
+	e.apply([]routeSpec{{host: host, tls: &routetable.RouteTLS{CertificateID: "c1"}, backends: []string{upgradeThenSend(t, body)}}},
+		certSpec{"c1", []string{host}})
+	ended := func(t *testing.T, got []byte, err error) {
+		t.Helper()
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("read %q, %v; want the target's %q and a clean end", got, err, body)
+		}
+		testwait.UntilWhy(t, 5*tunnelFinWait, "the tunnel closed after the target's end", func() (bool, string) {
+			n := e.totals.Snapshot().WebSockets
+			return n == 0, fmt.Sprint(n, " open")
+		})
+	}
+	t.Run("h1", func(t *testing.T) {
+		c, err := net.Dial("tcp", e.http)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: "+host+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v %v", res, err)
+		}
+		got, err := io.ReadAll(br) // our FIN after the target's bytes; we never send ours
+		ended(t, got, err)
+	})
+	t.Run("h2", func(t *testing.T) {
+		res, _ := extendedConnect(t, e.http, host, "/ws", "websocket", "sec-websocket-version", "13")
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		got, err := io.ReadAll(res.Body) // up to END_STREAM; the client never sends its own
+		ended(t, got, err)
+	})
+	t.Run("h3", func(t *testing.T) {
+		str := h3WebSocket(t, e, host)
+		got, err := io.ReadAll(str)
+		ended(t, got, err)
 	})
 }

@@ -163,8 +163,9 @@ func checkProtocols(t *testing.T, br *browser, in *ingress, m mode, origin strin
 		}
 	}
 	// A WebSocket's line comes when it ends: wait for the four.
-	testwait.Until(t, 10*time.Second, "a line for each WebSocket in the access log", func() bool {
-		return len(in.accessLines("/ws")) >= websockets
+	testwait.UntilWhy(t, 10*time.Second, "a line for each WebSocket in the access log", func() (bool, string) {
+		n := len(in.accessLines("/ws"))
+		return n >= websockets, fmt.Sprintf("%d of %d", n, websockets)
 	})
 	logged := map[string]int{}
 	for _, l := range in.accessLines("/ws") {

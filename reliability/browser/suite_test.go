@@ -46,7 +46,7 @@ var modes = []mode{
 	{name: "h3-websocket", flags: map[string]any{
 		"origin-to-force-quic-on": appHost + ":{port}",
 		// chromedp's default value of the flag, and the feature (base::Feature
-		// "kEnableWebsocketsOverHttp3" in Chromium 156).
+		// "kEnableWebsocketsOverHttp3" in Chromium 148 and 156).
 		"enable-features": "NetworkService,NetworkServiceInProcess,EnableWebsocketsOverHttp3",
 	}, page: "h3", logProto: "http3", wsStatus: 200, wsLogProto: "http3", wsMethod: "CONNECT"},
 }
