@@ -136,10 +136,7 @@ func (r *relay) run() {
 	got := buf[w.resHead:w.filled] // body bytes that came with the head
 	switch frame {
 	case frameNone:
-		if err := r.sink.head(res.Status, fields, nil, true); err != nil {
-			r.clientStopped(err)
-		}
-		r.put(keepUp && len(got) == 0)
+		r.whole(res.Status, fields, nil, keepUp && len(got) == 0)
 		return
 	case frameLength:
 		if res.ContentLength > int64(len(got)) && res.ContentLength <= int64(len(buf)) {
@@ -166,10 +163,7 @@ func (r *relay) run() {
 		keepUp = keepUp && int64(len(got)) <= res.ContentLength
 		if k == res.ContentLength {
 			r.rec.out += k
-			if err := r.sink.head(res.Status, fields, got[:k], true); err != nil {
-				r.clientStopped(err)
-			}
-			r.put(keepUp)
+			r.whole(res.Status, fields, got[:k], keepUp)
 			return
 		}
 		if err := r.sink.head(res.Status, fields, got, false); err != nil {
@@ -191,10 +185,7 @@ func (r *relay) run() {
 		}
 		if fin && len(ab.sc.Trailer) == 0 {
 			r.rec.out += int64(len(first))
-			if err := r.sink.head(res.Status, fields, first, true); err != nil {
-				r.clientStopped(err)
-			}
-			r.put(keepUp && ab.clean)
+			r.whole(res.Status, fields, first, keepUp && ab.clean)
 			return
 		}
 		if err := r.sink.head(res.Status, fields, first, false); err != nil {
@@ -300,6 +291,23 @@ func (r *relay) endChunked(sc *h1wire.ChunkScanner, keepUp bool) {
 // put ends the exchange on uc: the connection goes back to its pool when keep says the
 // answer ended cleanly and the request's body, if any, went out whole (an upload the
 // answer did not wait for is stopped first).
+// whole writes an answer read whole from the target (body may be nil) and hands uc
+// back to its pool (kept when keep). With no request body going up, uc goes back
+// first: a client that sends its next request as soon as it has this answer finds the
+// connection in the pool instead of dialling another. With one, the answer goes out
+// first (put waits for the upload's end).
+func (r *relay) whole(status int, fields []hpack.HeaderField, body []byte, keep bool) {
+	if r.up == nil {
+		r.put(keep)
+	}
+	if err := r.sink.head(status, fields, body, true); err != nil {
+		r.clientStopped(err)
+	}
+	if r.up != nil {
+		r.put(keep)
+	}
+}
+
 func (r *relay) put(keep bool) {
 	if r.up != nil && !r.up.end(r.uc) {
 		keep = false
