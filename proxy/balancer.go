@@ -26,7 +26,7 @@ import (
 //     nor given a place in any budget (acceptUnpenalized): its socket's peer is not its
 //     client. The accept loop does not wait for the header.
 //   - The connection's own goroutine reads the header first (takeProxyHeader, from
-//     h1Conn.run), under Config.ProxyProtocolTimeout, exactly (proxy/internal/proxyhdr:
+//     tcpConn.run), under Config.ProxyProtocolTimeout, exactly (proxy/internal/proxyhdr:
 //     not a byte past its end, so the raw HTTP/1.1 loop, crypto/tls and net/http's
 //     hand-off all read the rest as if the header had never been there), then decides
 //     as the accept would have for a direct client: the header's client penalised: the

@@ -166,7 +166,7 @@ func (c *clientConn) End() {
 // and it is reset when its owner closes it (SO_LINGER 0). An in-flight HTTP/1.1
 // request is not waited for: its response can no longer reach the client. Nothing
 // here closes the descriptor, which a goroutine inside RawConn.Read may hold
-// (h1Conn.closeConn).
+// (tcpConn.closeConn).
 func (c *clientConn) endAwake() {
 	if hc := c.h2.Load(); hc != nil {
 		c.s.endH2ForAbuse(hc)

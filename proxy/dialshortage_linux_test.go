@@ -1,10 +1,6 @@
 package proxy
 
 import (
-	"os"
-	"os/exec"
-	"strconv"
-	"syscall"
 	"testing"
 
 	"github.com/serve-zone/ingress/stats"
@@ -22,13 +18,7 @@ const dialShortageChild = "PROXY_TEST_DIAL_SHORTAGE_CHILD"
 // next request reaches it. The body runs in a child process, whose descriptor limit it
 // lowers to what is open.
 func TestDialOutOfDescriptors(t *testing.T) {
-	if os.Getenv(dialShortageChild) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestDialOutOfDescriptors$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), dialShortageChild+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the child process failed (%v):\n%s", err, out)
-		}
+	if !inChildProcess(t, dialShortageChild) {
 		return
 	}
 	const other = "other.example.test"
@@ -40,47 +30,8 @@ func TestDialOutOfDescriptors(t *testing.T) {
 		t.Fatalf("warm-up: %d %q", res.StatusCode, body)
 	}
 
-	// No descriptor to spare: the limit just above the highest open one, and every
-	// free number below it taken. h1Host's target was never dialled: its request
-	// needs a new descriptor.
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	high := 0
-	for _, en := range ents {
-		if n, err := strconv.Atoi(en.Name()); err == nil {
-			high = max(high, n)
-		}
-	}
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	lim := old
-	lim.Cur = uint64(high + 1)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	var fill []int
-	restore := func() {
-		for _, fd := range fill {
-			_ = syscall.Close(fd)
-		}
-		fill = nil
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
-	}
-	defer restore()
-	for {
-		fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			if err != syscall.EMFILE {
-				t.Fatalf("filling the descriptor table: %v", err)
-			}
-			break
-		}
-		fill = append(fill, fd)
-	}
+	// h1Host's target was never dialled: its request needs a new descriptor.
+	restore := exhaustDescriptors(t)
 	rc.send(get1("/short"))
 	res, body := rc.read("GET")
 	restore()

@@ -30,11 +30,11 @@
 //
 // # Hot paths
 //
-// HTTP/1.1 (plain and over TLS) starts at [h1Conn.run] (h1serve.go): one goroutine per
+// HTTP/1.1 (plain and over TLS) starts at [tcpConn.run] (h1serve.go): one goroutine per
 // connection reads requests into its own buffer and parses them in place (internal/h1wire);
-// a plain connection does so inside one syscall.RawConn.Read ([h1Conn.loopRaw], h1raw.go),
+// a plain connection does so inside one syscall.RawConn.Read ([tcpConn.loopRaw], h1raw.go),
 // so that it waits for the next request without a read that finds nothing;
-// [h1Conn.serveRequest] (h1forward.go) hands it to the pipeline, which writes the request
+// [tcpConn.serveRequest] (h1forward.go) hands it to the pipeline, which writes the request
 // to a pooled target connection in one write and waits for the answer before reading
 // (upstream.Conn.WriteRead); the fast path's byte relay parses it in place and relays
 // it, head and first body bytes in one write, then a few atomic adds into the route's
@@ -42,7 +42,7 @@
 // request (TestH1HotPathAllocs).
 //
 // HTTP/2 (h2 by ALPN, prior-knowledge h2c) is served by the own engine
-// (proxy/internal/h2) on the same connection goroutine, from [h1Conn.serveH2]
+// (proxy/internal/h2) on the same connection goroutine, from [tcpConn.serveH2]
 // (h2serve.go); each stream's hot path starts at [h2Front.ServeH2] (h2forward.go), which
 // hands it to the pipeline: the head written by appendHead ([streamWork.forwardHead],
 // h2bytes.go), the shared walk and exchange, the answer relayed as DATA by relay.run

@@ -205,7 +205,7 @@ func (s *Server) handshakeFailed(remote net.Addr, sni string, err error) {
 
 // fixedAnswer is the whole of a fixed response, decided here once for every
 // front-end: the list-field front-ends write them with writeFixed (relay.go), the fast
-// path appends them to its buffer (h1Conn.answer), each adding only what its connection
+// path appends them to its buffer (tcpConn.answer), each adding only what its connection
 // needs (Date, Alt-Svc, Connection).
 type fixedAnswer struct {
 	code   int

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
@@ -616,18 +615,10 @@ func TestH1MalformedChunkedAborts(t *testing.T) {
 // client connections.
 func TestH1UpstreamReuse(t *testing.T) {
 	e := newEnv(t)
-	var newConns atomic.Int32
-	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, newConns := countingBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.URL.Path)
 	}))
-	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			newConns.Add(1)
-		}
-	}
-	ts.Start()
-	t.Cleanup(ts.Close)
-	e.apply([]routeSpec{{host: h1Host, backends: []string{strings.TrimPrefix(ts.URL, "http://")}}})
+	e.apply([]routeSpec{{host: h1Host, backends: []string{addr}}})
 	for c := range 2 {
 		rc := newRawClient(t, e.http)
 		for i := range 2 {
@@ -877,7 +868,7 @@ func TestH1ShutdownSparesNewConnections(t *testing.T) {
 
 	fresh := newRawClient(t, e.http)
 	waitFor(t, "connection accepted", func() bool {
-		return e.srv.h1.count() == 1
+		return e.srv.conns.count() == 1
 	})
 	// A connection that has been answered and waits for its next request is idle: the
 	// drain closes it at its first pass over the connections. Once it is closed, that

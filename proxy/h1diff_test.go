@@ -1298,7 +1298,7 @@ var diffSeeds = []struct {
 	{"hand-offs mid-pipeline: chunked, Expect", false, []diffReq{{}, {method: mPOST, path: dpTyped, body: bSmall, mode: dmChunked}, {method: mPOST, body: bOne, mode: dmExpect}}},
 	{"hand-offs mid-pipeline: Upgrade, HTTP/1.0", false, []diffReq{{}, {path: dpNoCL, mode: dmUpgrade}, {path: dpChunked, mode: dmHTTP10, flags: dfKeepAlive}}},
 	// Fast-path bugs, failing until fixed:
-	//  - h1Conn.answer writes its fixed body after the head even for HEAD (net/http
+	//  - tcpConn.answer writes its fixed body after the head even for HEAD (net/http
 	//    suppresses it): the stray "404 Not Found\n" corrupts the next response on the
 	//    connection. Every fixed answer (404, 502, 503, 504) to a HEAD does it.
 	//  - h1wire.ParseResponse refuses a response with more than h1wire.MaxFields (100) fields: the

@@ -21,7 +21,7 @@ import (
 // serveRequest serves the request whose head is rbuf[r:r+headLen] (its body, if any,
 // follows it in rbuf) through the pipeline (serve). It reports whether the connection
 // stays open.
-func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
+func (c *tcpConn) serveRequest(w *h1Work, headLen int) (keep bool) {
 	req := &w.req
 	c.now = time.Now()
 	c.pace.Note(c.now)
@@ -36,7 +36,7 @@ func (c *h1Conn) serveRequest(w *h1Work, headLen int) (keep bool) {
 }
 
 // begin prepares w's pipe for the request in w.req, consumed bytes of the buffer.
-func (w *h1Work) begin(c *h1Conn, consumed int) *pipe {
+func (w *h1Work) begin(c *tcpConn, consumed int) *pipe {
 	req := &w.req
 	p := &w.p
 	p.begin(c.s, w, w, &w.upWork)
@@ -141,7 +141,7 @@ func (w *h1Work) fields(n int) []hpack.HeaderField {
 // appendCommon adds what the fast path's relayed answers carry besides the target's
 // fields: Date (unless the target sent one) and Alt-Svc by commonValues, then
 // appendClose's.
-func (c *h1Conn) appendCommon(b []byte, hasDate bool) []byte {
+func (c *tcpConn) appendCommon(b []byte, hasDate bool) []byte {
 	date, altSvc := c.s.commonValues(c.now, hasDate, c.altSvc)
 	if date != "" {
 		b = append(b, "Date: "...)
@@ -159,7 +159,7 @@ func (c *h1Conn) appendCommon(b []byte, hasDate bool) []byte {
 // appendClose adds Connection: close when the client asked for it or a shutdown began
 // (checked here, as late as possible: a drain that starts while the target works still
 // closes the connection politely).
-func (c *h1Conn) appendClose(b []byte) []byte {
+func (c *tcpConn) appendClose(b []byte) []byte {
 	if !c.closing && c.s.draining.Load() {
 		c.closing = true
 	}
@@ -182,7 +182,7 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // rawConn returns the client's TCP connection for polling (nil if it has none).
-func (c *h1Conn) rawConn() syscall.RawConn {
+func (c *tcpConn) rawConn() syscall.RawConn {
 	if c.raw == nil {
 		var nc net.Conn = c.cc.Conn
 		if c.cc.tc != nil {
@@ -197,7 +197,7 @@ func (c *h1Conn) rawConn() syscall.RawConn {
 
 // clientGone reports a client that closed or reset its connection while its target
 // thinks (we read nothing from the client meanwhile, unlike net/http's background read).
-func (c *h1Conn) clientGone() bool { return peerHungUp(c.rawConn()) }
+func (c *tcpConn) clientGone() bool { return peerHungUp(c.rawConn()) }
 
 // responseFraming is how res's body is delimited (the answer to a HEAD request has
 // none) and whether its framing lets the target connection be kept after it.
@@ -386,7 +386,7 @@ func (w *h1Work) brokenBody(uc *upstream.Conn, status int, err error) (int, bool
 // connection, its target connection and our goroutine. The deadline is renewed only when
 // it is older than h1IdleSlack (a quarter of the timeout if that is less), which saves a
 // timer update per small response; a write gets at least three quarters of the timeout.
-func (c *h1Conn) send(b []byte) (int, error) {
+func (c *tcpConn) send(b []byte) (int, error) {
 	d := c.s.cfg.ClientSendTimeout
 	if now := time.Now(); now.Sub(c.wdlSetAt) >= min(h1IdleSlack, d/4) {
 		c.wdlSetAt = now

@@ -63,19 +63,19 @@ import (
 // removed its descriptor from the epoll set (EPOLL_CTL_DEL) before anyone can close it,
 // and a descriptor number that the kernel hands to a later connection never meets a
 // stale registration. Nobody closes a parked connection without claiming it first
-// (h1Set's closeIdle and closeAll, endSleepers and connLife.end claim parked ones
+// (connSet's closeIdle and closeAll, endSleepers and connLife.end claim parked ones
 // instead of closing them).
 
-// h1Conn is a park.Parkee: HTTP/1.1 over TLS, and the HTTP/2 engine's connections
+// tcpConn is a park.Parkee: HTTP/1.1 over TLS, and the HTTP/2 engine's connections
 // (h2serve.go), park whole; a plain HTTP/1.1 connection parks as an h1Sleeper
 // (h1sleep_linux.go).
-var _ park.Parkee = (*h1Conn)(nil)
+var _ park.Parkee = (*tcpConn)(nil)
 
 // Life is c's state word (park.Parkee).
-func (c *h1Conn) Life() *park.Life { return &c.life.Life }
+func (c *tcpConn) Life() *park.Life { return &c.life.Life }
 
 // Control runs f with c's descriptor (syscall.RawConn.Control; park.Parkee).
-func (c *h1Conn) Control(f func(fd uintptr)) error { return c.rawConn().Control(f) }
+func (c *tcpConn) Control(f func(fd uintptr)) error { return c.rawConn().Control(f) }
 
 // EndParked ends c, which its caller claimed from the parker (park.Parkee): graceful
 // (Shutdown's drain, the idle timeout) tells the client first where the protocol can
@@ -84,15 +84,15 @@ func (c *h1Conn) Control(f func(fd uintptr)) error { return c.rawConn().Control(
 // ENHANCE_YOUR_CALM) and resets an HTTP/1.1 one. Over TLS it does so on a goroutine of
 // the h1 wait group: crypto/tls's Close sends close_notify and may wait up to 5 s for
 // room to (a client that stopped reading), never on the parker's goroutine.
-func (c *h1Conn) EndParked(graceful bool) {
+func (c *tcpConn) EndParked(graceful bool) {
 	if c.secure {
-		c.s.h1.wg.Go(func() { c.endParkedNow(graceful) }) // as the parker's releases
+		c.s.conns.wg.Go(func() { c.endParkedNow(graceful) }) // as the parker's releases
 		return
 	}
 	c.endParkedNow(graceful)
 }
 
-func (c *h1Conn) endParkedNow(graceful bool) {
+func (c *tcpConn) endParkedNow(graceful bool) {
 	if c.h2c != nil {
 		if c.life.State() == park.Struck {
 			c.s.endH2ForAbuse(c.h2c) // the GOAWAY the engine, resumed, writes
@@ -106,7 +106,7 @@ func (c *h1Conn) endParkedNow(graceful bool) {
 
 // dropTLSBuffers lets a parking TLS connection's crypto/tls input buffers go when they
 // are empty (tlsbuf.Drop); the calling goroutine still owns the connection.
-func (c *h1Conn) dropTLSBuffers() {
+func (c *tcpConn) dropTLSBuffers() {
 	if c.secure {
 		tlsbuf.Drop(c.cc.tc)
 	}
@@ -117,7 +117,7 @@ func (c *h1Conn) dropTLSBuffers() {
 // server's log.
 func (s *Server) newParker() (*park.Parker, error) {
 	return park.NewParker(park.Config{
-		Go:                s.h1.wg.Go,
+		Go:                s.conns.wg.Go,
 		Refuse:            s.draining.Load,
 		ReleaseIdleMemory: s.cfg.ReleaseIdleMemory,
 		Released: func(parked int, took time.Duration) {
@@ -164,7 +164,7 @@ func putReadBuf(b []byte) {
 
 // shouldPark reports whether the read error err ended an idle wait at h1ParkAfter with
 // nothing read (rather than the idle timeout, or a head in progress).
-func (c *h1Conn) shouldPark(err error) bool {
+func (c *tcpConn) shouldPark(err error) bool {
 	var ne net.Error
 	return c.parkable && c.dlIdle && c.r == c.w && errors.As(err, &ne) && ne.Timeout() &&
 		time.Since(c.dlSetAt) < c.s.cfg.IdleTimeout && !c.s.draining.Load()
@@ -175,7 +175,7 @@ func (c *h1Conn) shouldPark(err error) bool {
 // touching c again (the parker may already have started a new one for it). Otherwise
 // the connection is the caller's still: ended meanwhile (Closing or Struck), or the
 // parker could not take it (stopped, the server drains, or the registration failed).
-func (c *h1Conn) park() bool {
+func (c *tcpConn) park() bool {
 	putReadBuf(c.rbuf)
 	c.rbuf = nil
 	if canSleep && c.sleep(c.pk) { // plain: parked in its compact form (h1sleep_linux.go)
@@ -192,7 +192,7 @@ func (c *h1Conn) park() bool {
 
 // Unparked serves a parked connection that became readable (park.Parkee), on a
 // goroutine the parker started (and the server's h1 wait group owns).
-func (c *h1Conn) Unparked() {
+func (c *tcpConn) Unparked() {
 	if c.h2c != nil {
 		c.resumeH2() // h2serve.go
 		return
@@ -208,7 +208,7 @@ func (c *h1Conn) Unparked() {
 // (connections park h1ParkAfter after their dlSetAt, or h1ParkSoon in a crowd, give or
 // take scheduling: one that parked after h1ParkAfter may wait behind one that parked
 // after h1ParkSoon later, so up to h1ParkAfter-h1ParkSoon), never earlier.
-func (c *h1Conn) parkedDeadline() time.Time {
+func (c *tcpConn) parkedDeadline() time.Time {
 	if c.h2c != nil {
 		return c.h2c.IdleDeadline()
 	}
@@ -223,7 +223,7 @@ func (c *h1Conn) parkedDeadline() time.Time {
 // every request). Nothing is waited for when crypto/tls holds anything (part of a
 // record, or plaintext not read yet): the read goes on at once. The read deadline set
 // applies; its error is the wait's.
-func (c *h1Conn) awaitIdle() error {
+func (c *tcpConn) awaitIdle() error {
 	if !c.secure || !c.parkable || c.r != c.w || c.pace.Gap() < h1ParkSoon || !tlsbuf.Drop(c.cc.tc) {
 		return nil
 	}
@@ -238,14 +238,14 @@ var idleAwaits atomic.Int64
 
 // canParkTLS reports whether the connection may park as far as TLS goes: plain ones may;
 // TLS ones when the record bytes taken from the socket are counted (rawnet, Linux).
-func (c *h1Conn) canParkTLS() bool {
+func (c *tcpConn) canParkTLS() bool {
 	_, ok := c.cc.tlsIn()
 	return !c.secure || ok
 }
 
 // markRecords notes, as an idle wait begins, how many record bytes crypto/tls has taken
 // from the socket (TLS connections that park; recordInPart).
-func (c *h1Conn) markRecords() {
+func (c *tcpConn) markRecords() {
 	if c.secure && c.parkable {
 		c.tlsMark, _ = c.cc.tlsIn()
 	}
@@ -253,7 +253,7 @@ func (c *h1Conn) markRecords() {
 
 // recordInPart reports whether the idle wait of a parkable TLS connection ended (err, a
 // timeout) with part of a record in crypto/tls: a request on its way.
-func (c *h1Conn) recordInPart(err error) bool {
+func (c *tcpConn) recordInPart(err error) bool {
 	if !c.secure || !c.parkable || !c.dlIdle {
 		return false
 	}

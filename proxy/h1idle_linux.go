@@ -9,7 +9,7 @@ import (
 // readableFn returns awaitIdle's RawConn.Read callback (made once per connection): done
 // when the socket holds a byte, its end or an error, found with a non-blocking peek
 // (RawConn.Read forgets the readiness the poller knew, so it must look before it waits).
-func (c *h1Conn) readableFn() func(fd uintptr) bool {
+func (c *tcpConn) readableFn() func(fd uintptr) bool {
 	if c.readable == nil {
 		var b [1]byte
 		c.readable = func(fd uintptr) bool {

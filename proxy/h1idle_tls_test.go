@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -129,15 +128,6 @@ func tlsParkEnv(t *testing.T, opts ...func(*Config)) *env {
 	e.apply([]routeSpec{{host: h1Host, tls: &routetable.RouteTLS{CertificateID: "c"}, backends: []string{echoTarget(t).addr}}},
 		certSpec{"c", []string{h1Host}})
 	return e
-}
-
-// openFDs is how many descriptors this process has open.
-func openFDs(t *testing.T) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }
 
 // TestTLSParkedConnections: idle HTTP/1.1 connections over TLS park like plain ones (no
@@ -383,7 +373,7 @@ func slowest(ds []time.Duration) time.Duration {
 	return m
 }
 
-// h1Goroutines is how many goroutines run an h1Conn's code now.
+// h1Goroutines is how many goroutines run an tcpConn's code now.
 func h1Goroutines() int {
 	buf := make([]byte, 1<<20)
 	for {
@@ -396,7 +386,7 @@ func h1Goroutines() int {
 	}
 	n := 0
 	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		if bytes.Contains(g, []byte("proxy.(*h1Conn)")) {
+		if bytes.Contains(g, []byte("proxy.(*tcpConn)")) {
 			n++
 		}
 	}

@@ -35,7 +35,7 @@ var errRawWait = errors.New("proxy: wait for the client")
 
 // rawLoopConn returns the client's connection for the raw loop, or nil when the
 // connection is not served that way.
-func (c *h1Conn) rawLoopConn() syscall.RawConn {
+func (c *tcpConn) rawLoopConn() syscall.RawConn {
 	if !canRawLoop || c.secure || len(c.cc.pending) > 0 {
 		return nil
 	}
@@ -43,7 +43,7 @@ func (c *h1Conn) rawLoopConn() syscall.RawConn {
 }
 
 // loopRaw is loop for a plain connection (rc is its RawConn).
-func (c *h1Conn) loopRaw(rc syscall.RawConn) (handoff bool) {
+func (c *tcpConn) loopRaw(rc syscall.RawConn) (handoff bool) {
 	if c.rawFn == nil {
 		c.rawFn = c.rawStep
 	}
@@ -71,7 +71,7 @@ func (c *h1Conn) loopRaw(rc syscall.RawConn) (handoff bool) {
 
 // rawStep is loopRaw's RawConn.Read callback: it serves requests until one needs more
 // than step does (true) or the client has to be waited for (false).
-func (c *h1Conn) rawStep(fd uintptr) bool {
+func (c *tcpConn) rawStep(fd uintptr) bool {
 	c.inRaw, c.entered, c.fd, c.drained = true, true, int(fd), false
 	for {
 		n := c.readHead()
@@ -87,7 +87,7 @@ func (c *h1Conn) rawStep(fd uintptr) bool {
 }
 
 // read reads the client for readHead: raw inside rawStep, through c.cc otherwise.
-func (c *h1Conn) read(b []byte) (int, error) {
+func (c *tcpConn) read(b []byte) (int, error) {
 	if c.inRaw {
 		return c.readRaw(b)
 	}
@@ -97,7 +97,7 @@ func (c *h1Conn) read(b []byte) (int, error) {
 // readRaw reads the client on its descriptor as clientConn.Read would (counting what it
 // read), or answers errRawWait when there is nothing to read or the last read emptied
 // the socket. Other errors only need to say whether they are timeouts (shouldPark).
-func (c *h1Conn) readRaw(b []byte) (int, error) {
+func (c *tcpConn) readRaw(b []byte) (int, error) {
 	if c.drained {
 		return 0, errRawWait
 	}

@@ -72,10 +72,12 @@ const (
 // (net/http's rule): its first request may be on the way.
 const h1NewGrace = 5 * time.Second
 
-// h1Conn is one client connection on the fast path. Its fields belong to its goroutine
+// tcpConn is one client TCP connection, plain or TLS, on the fast path (the raw loop
+// that reads every connection's first bytes: HTTP/1.1 ones, and HTTP/2 ones until the
+// engine takes them, h2serve.go). Its fields belong to its goroutine
 // (or to the parker while it is parked), except life, its state word, which whoever
 // ends it reads and swaps (life.go).
-type h1Conn struct {
+type tcpConn struct {
 	s       *Server
 	cc      *clientConn
 	ho      *handoffListener
@@ -131,7 +133,7 @@ type h1Work struct {
 	req       h1wire.Request
 	reqFields [h1wire.MaxFields]h1wire.Field
 	p         pipe
-	c         *h1Conn
+	c         *tcpConn
 	body      []byte              // the request's body, in the read buffer
 	consumed  int                 // bytes of the read buffer that are the request's
 	list      []hpack.HeaderField // the fields of an answer made here, reused
@@ -153,32 +155,32 @@ func putWork(w *h1Work) {
 	h1Works.Put(w)
 }
 
-// h1Set tracks the fast path's connections for Shutdown. It is sharded by connection so
+// connSet tracks the fast path's connections for Shutdown. It is sharded by connection so
 // that a mass of connections starting, parking and waking at once (thousands of sleepers
 // woken by one burst of their clients) does not queue on one lock: issue 33 found 1,895
 // goroutines waiting in add and 411 in remove on the single mutex it had.
-type h1Set struct {
-	shards [h1SetShards]h1Shard
+type connSet struct {
+	shards [connSetShards]connShard
 	closed atomic.Bool // closeAll ran: new connections are closed at once
 	wg     sync.WaitGroup
 }
 
-const h1SetShards = 32
+const connSetShards = 32
 
-type h1Shard struct {
+type connShard struct {
 	mu sync.Mutex
-	m  map[*h1Conn]struct{}
+	m  map[*tcpConn]struct{}
 	_  [48]byte // a cache line each
 }
 
-func (set *h1Set) shard(c *h1Conn) *h1Shard {
+func (set *connSet) shard(c *tcpConn) *connShard {
 	h := uint64(uintptr(unsafe.Pointer(c))) * 0x9E3779B97F4A7C15
 	return &set.shards[h>>(64-5)]
 }
 
 // add records c; false once closeAll ran (checked under c's shard's lock, which
 // closeAll takes after setting closed: an add either sees closed or is seen by closeAll).
-func (set *h1Set) add(c *h1Conn) bool {
+func (set *connSet) add(c *tcpConn) bool {
 	sh := set.shard(c)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -186,13 +188,13 @@ func (set *h1Set) add(c *h1Conn) bool {
 		return false
 	}
 	if sh.m == nil {
-		sh.m = make(map[*h1Conn]struct{})
+		sh.m = make(map[*tcpConn]struct{})
 	}
 	sh.m[c] = struct{}{}
 	return true
 }
 
-func (set *h1Set) remove(c *h1Conn) {
+func (set *connSet) remove(c *tcpConn) {
 	sh := set.shard(c)
 	sh.mu.Lock()
 	delete(sh.m, c)
@@ -200,7 +202,7 @@ func (set *h1Set) remove(c *h1Conn) {
 }
 
 // count is how many connections the set holds.
-func (set *h1Set) count() int {
+func (set *connSet) count() int {
 	n := 0
 	for i := range set.shards {
 		sh := &set.shards[i]
@@ -215,8 +217,8 @@ func (set *h1Set) count() int {
 // left (busy ones finish their request and close, because the server is draining).
 // Parked ones are claimed from the parker first and closed here, with their accounting,
 // once the shard's lock is released.
-func (set *h1Set) closeIdle() int {
-	var parked []*h1Conn
+func (set *connSet) closeIdle() int {
+	var parked []*tcpConn
 	n := 0
 	for i := range set.shards {
 		sh := &set.shards[i]
@@ -247,8 +249,8 @@ func (set *h1Set) closeIdle() int {
 // closeAll closes every connection and refuses new ones. Parked connections are claimed
 // from the parker (never closed under it); the others are marked Closing with a CAS,
 // so that a connection that parks meanwhile is claimed on the next turn instead.
-func (set *h1Set) closeAll() {
-	var parked []*h1Conn
+func (set *connSet) closeAll() {
+	var parked []*tcpConn
 	set.closed.Store(true)
 	for i := range set.shards {
 		sh := &set.shards[i]
@@ -288,7 +290,7 @@ func (set *h1Set) closeAll() {
 // waiting, under the set's lock. The closing goroutine belongs to the set's wait group,
 // which c's own goroutine still holds (so the Add is legal while Shutdown waits), and
 // it ends once c's goroutine has left RawConn.Read.
-func (c *h1Conn) closeConn() {
+func (c *tcpConn) closeConn() {
 	sc, ok := c.cc.Conn.(interface {
 		CloseRead() error
 		CloseWrite() error
@@ -299,7 +301,7 @@ func (c *h1Conn) closeConn() {
 	}
 	_ = sc.CloseRead()
 	_ = sc.CloseWrite()
-	c.s.h1.wg.Go(func() { _ = c.cc.Conn.Close() })
+	c.s.conns.wg.Go(func() { _ = c.cc.Conn.Close() })
 }
 
 // acceptLoop accepts connections on ln and serves each on the fast path; ho receives
@@ -324,31 +326,31 @@ func (s *Server) acceptLoop(ln net.Listener, ho *handoffListener) error {
 		}
 		delay = 0
 		cc := nc.(*clientConn)
-		c := &h1Conn{s: s, cc: cc, life: cc.life, ho: ho, secure: cc.isTLS(), started: time.Now()}
+		c := &tcpConn{s: s, cc: cc, life: cc.life, ho: ho, secure: cc.isTLS(), started: time.Now()}
 		// Counted before it joins the set: a connection in the set always holds the wait
 		// group, which closeConn relies on.
-		s.h1.wg.Add(1)
-		if !s.h1.add(c) {
-			s.h1.wg.Done()
+		s.conns.wg.Add(1)
+		if !s.conns.add(c) {
+			s.conns.wg.Done()
 			_ = nc.Close()
 			continue
 		}
 		go func() {
-			defer s.h1.wg.Done()
+			defer s.conns.wg.Done()
 			c.serve()
 		}()
 	}
 }
 
 // serve runs the connection until it closes, is handed off or parks.
-func (c *h1Conn) serve() {
+func (c *tcpConn) serve() {
 	c.s.totals.Conn(stats.ProtoHTTP1, 1)
 	c.finish(c.run())
 }
 
 // finish ends a serving goroutine: it parks the idle connection (h1idle.go), hands it
 // to net/http or closes it. It also closes a parked connection its claimer owns.
-func (c *h1Conn) finish(handoff bool) {
+func (c *tcpConn) finish(handoff bool) {
 	s := c.s
 	for c.h2Parked {
 		c.h2Parked = false
@@ -375,7 +377,7 @@ func (c *h1Conn) finish(handoff bool) {
 		c.dlIdle = false
 		handoff = c.loop()
 	}
-	s.h1.remove(c)
+	s.conns.remove(c)
 	s.totals.Conn(stats.Proto(c.cc.proto.Load()), -1)
 	st := c.life.State()
 	if handoff && !st.Ended() && !s.draining.Load() {
@@ -404,7 +406,7 @@ func (c *h1Conn) finish(handoff bool) {
 }
 
 // run serves requests; it returns true to hand the connection to net/http.
-func (c *h1Conn) run() (handoff bool) {
+func (c *tcpConn) run() (handoff bool) {
 	s := c.s
 	if c.cc.fromLB && !s.takeProxyHeader(c.cc) {
 		return false // balancer.go
@@ -436,14 +438,14 @@ func (c *h1Conn) run() (handoff bool) {
 }
 
 // setParkable makes c park when idle, where the server parks and c can.
-func (c *h1Conn) setParkable() {
+func (c *tcpConn) setParkable() {
 	if pk := c.s.parker; pk != nil && c.s.cfg.IdleTimeout > h1ParkAfter && c.rawConn() != nil && c.canParkTLS() {
 		c.parkable, c.pk = true, pk
 	}
 }
 
 // loop serves requests until the connection closes, is handed off (true) or parks.
-func (c *h1Conn) loop() (handoff bool) {
+func (c *tcpConn) loop() (handoff bool) {
 	if rc := c.rawLoopConn(); rc != nil {
 		return c.loopRaw(rc) // h1raw.go
 	}
@@ -469,7 +471,7 @@ const (
 // step acts on readHead's answer n: it serves a request whose body is in the buffer
 // already and says what is left to do (c.work and c.headLen hold the request it is
 // about). It reads nothing from the client.
-func (c *h1Conn) step(n int) int {
+func (c *tcpConn) step(n int) int {
 	s := c.s
 	switch n {
 	case h1BadReq:
@@ -529,7 +531,7 @@ func (c *h1Conn) step(n int) int {
 }
 
 // serveOne serves the request in w, whose head is n bytes long and whose body is read.
-func (c *h1Conn) serveOne(w *h1Work, n int) int {
+func (c *tcpConn) serveOne(w *h1Work, n int) int {
 	keep := c.serveRequest(w, n)
 	putWork(w)
 	if !keep {
@@ -540,7 +542,7 @@ func (c *h1Conn) serveOne(w *h1Work, n int) int {
 
 // after does what step left to do (next); done: the loop ends, handing the connection
 // off or not.
-func (c *h1Conn) after(next int) (done, handoff bool) {
+func (c *tcpConn) after(next int) (done, handoff bool) {
 	w := c.work
 	c.work = nil
 	switch next {
@@ -592,7 +594,7 @@ var errMalformedHead = errors.New("proxy: malformed or ambiguous request head")
 // access log with err as the reason, and ends the connection: its write side is closed
 // and what the client still sends is read and dropped for a moment, so that the answer
 // is not lost to a reset (net/http's rule).
-func (c *h1Conn) refuse(w *h1Work, o outcome, err error) {
+func (c *tcpConn) refuse(w *h1Work, o outcome, err error) {
 	s := c.s
 	if w == nil {
 		w = getWork()
@@ -623,7 +625,7 @@ const h1RefuseLinger = 500 * time.Millisecond
 // in pieces get ReadHeaderTimeout (slowloris), the wait between requests IdleTimeout.
 // Inside loopRaw's callback it may also return h1Wait; called again after the wait, it
 // goes on with the read it waited for.
-func (c *h1Conn) readHead() int {
+func (c *tcpConn) readHead() int {
 	s := c.s
 	if !c.headWait {
 		if c.r == c.w {
@@ -713,7 +715,7 @@ func (c *h1Conn) readHead() int {
 }
 
 // readFailed is readHead's answer to a read error err that left no complete head.
-func (c *h1Conn) readFailed(err error) int {
+func (c *tcpConn) readFailed(err error) int {
 	if c.shouldPark(err) {
 		return h1Park
 	}
@@ -745,7 +747,7 @@ func headGarbled(b []byte, from int) bool {
 // or, for a connection that parks, h1ParkAfter (h1ParkSoon in a crowd) or what its
 // client's pace asks for (park.Pace, up to h1AwakeMax); the idle timeout then applies
 // to the park.
-func (c *h1Conn) setIdleDeadline() {
+func (c *tcpConn) setIdleDeadline() {
 	c.dlSetAt = time.Now()
 	d := c.s.cfg.IdleTimeout
 	if c.parkable {
@@ -767,13 +769,13 @@ func (s *Server) crowded() bool { return runtime.NumGoroutine() > s.parkCrowd }
 // idleDeadlineStale reports whether the idle deadline set last is old enough to be
 // renewed: after h1IdleSlack, or half its wait when that is shorter (h1ParkSoon), so a
 // connection busy for longer than its wait is not taken for idle.
-func (c *h1Conn) idleDeadlineStale() bool {
+func (c *tcpConn) idleDeadlineStale() bool {
 	return !c.dlIdle || time.Since(c.dlSetAt) >= min(h1IdleSlack, c.dlWait/2)
 }
 
 // activate marks the connection busy; false when it was ended meanwhile (Shutdown, a
 // strike).
-func (c *h1Conn) activate() bool {
+func (c *tcpConn) activate() bool {
 	for {
 		switch st := c.life.State(); st {
 		case park.Active:
@@ -790,14 +792,14 @@ func (c *h1Conn) activate() bool {
 
 // toIdle marks the connection idle between requests; false when it was ended
 // meanwhile.
-func (c *h1Conn) toIdle() bool {
+func (c *tcpConn) toIdle() bool {
 	return c.life.CompareAndSwap(park.Active, park.Idle) || c.life.State() == park.Idle
 }
 
 // readBody reads until rbuf holds end bytes (a body of at most the buffer's size). What
 // is still missing must arrive within ClientBodyTimeout; a read error (a timeout, the
 // client gone) is returned.
-func (c *h1Conn) readBody(end int) error {
+func (c *tcpConn) readBody(end int) error {
 	if c.w >= end {
 		return nil
 	}
@@ -813,7 +815,7 @@ func (c *h1Conn) readBody(end int) error {
 	return nil
 }
 
-func (c *h1Conn) compact() {
+func (c *tcpConn) compact() {
 	n := copy(c.rbuf, c.rbuf[c.r:c.w])
 	c.r, c.w = 0, n
 }

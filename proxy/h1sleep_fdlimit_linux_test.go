@@ -3,10 +3,6 @@ package proxy
 import (
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -24,13 +20,7 @@ const fdLimitChild = "PROXY_TEST_FDLIMIT_CHILD"
 // process, whose descriptor limit it lowers to what is open.
 func TestSleeperWakeAtDescriptorLimit(t *testing.T) {
 	skipUnlessParking(t)
-	if os.Getenv(fdLimitChild) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestSleeperWakeAtDescriptorLimit$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), fdLimitChild+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the child process failed (%v):\n%s", err, out)
-		}
+	if !inChildProcess(t, fdLimitChild) {
 		return
 	}
 	e := sleepEnv(t)
@@ -40,47 +30,7 @@ func TestSleeperWakeAtDescriptorLimit(t *testing.T) {
 	rc.read("GET")
 	waitFor(t, "asleep", func() bool { return sleepers(e.srv) == 1 })
 
-	// No descriptor to spare: the limit just above the highest open one, and every
-	// free number below it taken.
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	high := 0
-	for _, en := range ents {
-		if n, err := strconv.Atoi(en.Name()); err == nil {
-			high = max(high, n)
-		}
-	}
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	lim := old
-	lim.Cur = uint64(high + 1)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	var fill []int
-	for {
-		fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			if err != syscall.EMFILE {
-				t.Fatalf("filling the descriptor table: %v", err)
-			}
-			break
-		}
-		fill = append(fill, fd)
-	}
-	restore := func() {
-		for _, fd := range fill {
-			_ = syscall.Close(fd)
-		}
-		fill = nil
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
-	}
-	defer restore()
-
+	restore := exhaustDescriptors(t)
 	_ = rc.c.SetDeadline(time.Now().Add(5 * time.Second))
 	rc.send(get1("/at-the-limit"))
 	res, err := readResponse(rc)

@@ -16,7 +16,7 @@ import (
 // A plain HTTP/1.1 connection that parks holds nothing the next request needs but its
 // socket, its client's place in the budgets and its accounting: no TLS state, no bytes
 // (it parks only with nothing read and unanswered), no upstream. Its Go objects cost
-// more than that: the h1Conn, the clientConn, rawnet's wrapper, net's TCPConn, netFD
+// more than that: the tcpConn, the clientConn, rawnet's wrapper, net's TCPConn, netFD
 // and addresses (1.1 KiB of heap), and the runtime's poll descriptor beside them (a
 // quarter KiB the runtime never frees while the descriptor is open). So the parker holds
 // an h1Sleeper instead (112 B, and 24 B for its state word: connLife; 48 B more of
@@ -52,7 +52,7 @@ type h1Sleeper struct {
 	counted  bool
 	hold     clients.Hold
 	lastHost *stats.Host // the hostname its next unclaimed bytes go to (clientConn.lastHost)
-	pace     park.Pace   // its client's pace (h1Conn.pace)
+	pace     park.Pace   // its client's pace (tcpConn.pace)
 	via      *balanced   // its client as a balancer's PROXY header named it (clientConn.via)
 	s        *Server
 }
@@ -64,7 +64,7 @@ const canSleep = true
 // reports whether the connection is not c's any more (asleep, ended, or served on as
 // another connection); false when it is c's still: ended meanwhile (then finish closes
 // it), or as it was (then it parks whole).
-func (c *h1Conn) sleep(pk *park.Parker) bool {
+func (c *tcpConn) sleep(pk *park.Parker) bool {
 	cc := c.cc
 	if c.secure || c.h2c != nil || len(cc.pending) > 0 || c.r != c.w || c.ho != c.s.hoHTTP {
 		return false
@@ -82,7 +82,7 @@ func (c *h1Conn) sleep(pk *park.Parker) bool {
 	sl := &h1Sleeper{life: c.life, fd: fd, counted: cc.counted.Load(), lastHost: cc.lastHost, pace: c.pace, via: cc.via, s: s}
 	cc.flushTail(s, true)
 	cc.hold.Move(&sl.hold, sl)
-	s.h1.remove(c)
+	s.conns.remove(c)
 	_ = cc.Conn.Close() // Go's descriptor and poll registration; the socket stays open
 	c.life.cc = nil     // nothing of the awake form stays alive while it sleeps
 	lifeStep(c.life, park.Sleeping)
@@ -148,7 +148,7 @@ func (sl *h1Sleeper) wake(parkable bool) {
 	cc := &clientConn{Conn: nc, s: s, lastHost: sl.lastHost, via: sl.via, life: sl.life}
 	cc.proto.Store(uint32(stats.ProtoHTTP1))
 	cc.counted.Store(sl.counted)
-	c := &h1Conn{s: s, cc: cc, life: sl.life, ho: s.hoHTTP, started: time.Now(), served: 1, pace: sl.pace}
+	c := &tcpConn{s: s, cc: cc, life: sl.life, ho: s.hoHTTP, started: time.Now(), served: 1, pace: sl.pace}
 	sl.hold.Move(&cc.hold, cc)
 	sl.life.cc = cc // its awake form, for whoever ends it once it is Idle (connLife)
 	lifeStep(sl.life, park.Waking)
@@ -160,7 +160,7 @@ func (sl *h1Sleeper) wake(parkable bool) {
 	}
 	// This goroutine belongs to the h1 wait group (the parker's, or the one that put
 	// the connection to sleep), as the set's members must.
-	if !s.h1.add(c) {
+	if !s.conns.add(c) {
 		c.life.CompareAndSwap(park.Idle, park.Closing) // closeAll ran
 		c.finishClosed()
 		return
@@ -175,7 +175,7 @@ func (sl *h1Sleeper) wake(parkable bool) {
 }
 
 // finishClosed closes a woken connection that never joined the fast path's set.
-func (c *h1Conn) finishClosed() {
+func (c *tcpConn) finishClosed() {
 	if c.life.State() == park.Struck {
 		c.cc.resetOnClose()
 	}

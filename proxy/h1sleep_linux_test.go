@@ -21,7 +21,7 @@ func sleepers(s *Server) int { return s.parker.Count(park.Asleep) }
 
 // fastPathConns is how many connections the fast path's set holds.
 func fastPathConns(s *Server) int {
-	return s.h1.count()
+	return s.conns.count()
 }
 
 // TestSleeperCompact: a parked plain HTTP/1.1 connection is held as a sleeper: not in

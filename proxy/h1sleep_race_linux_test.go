@@ -20,11 +20,11 @@ import (
 
 // onlyFastPathConn is the one connection in s's fast path's set (the test fails when
 // there is not exactly one).
-func onlyFastPathConn(t *testing.T, s *Server) *h1Conn {
+func onlyFastPathConn(t *testing.T, s *Server) *tcpConn {
 	t.Helper()
-	var found []*h1Conn
-	for i := range s.h1.shards {
-		sh := &s.h1.shards[i]
+	var found []*tcpConn
+	for i := range s.conns.shards {
+		sh := &s.conns.shards[i]
 		sh.mu.Lock()
 		for c := range sh.m {
 			found = append(found, c)

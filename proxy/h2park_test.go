@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -260,15 +259,6 @@ func (p *h2Peer) goneAway() error {
 	}
 }
 
-// openFds is how many descriptors the process has open.
-func openFds(t testing.TB) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // waitParked waits until want connections are parked and at least parks have happened
 // in all (parkedTotal).
 func waitParked(t testing.TB, e *env, want int, parks int64) {
@@ -369,10 +359,10 @@ func testH2ParksAndWakes(t *testing.T, useTLS bool) {
 
 	// A client closing its parked connection: closed and counted at once, no
 	// descriptor or goroutine left.
-	fds, gs := openFds(t), runtime.NumGoroutine()
+	fds, gs := openFDs(t), runtime.NumGoroutine()
 	_ = peers[3].nc.Close()
 	testwait.Until(t, parkWait, "the closed parked connection gone", func() bool {
-		return parkedOn(e.srv) == n-1 && e.openH2() == n-1 && openFds(t) == fds-2
+		return parkedOn(e.srv) == n-1 && e.openH2() == n-1 && openFDs(t) == fds-2
 	})
 	if g := runtime.NumGoroutine(); g > gs {
 		t.Errorf("%d goroutines after a parked connection closed, %d before", g, gs)

@@ -94,7 +94,7 @@ func (s *Server) h2Config() h2.Config {
 
 // serveH2 serves c's connection with the engine until it ends. The client's preface
 // may already be in c.rbuf[c.r:c.w] (prior knowledge): it is replayed first.
-func (c *h1Conn) serveH2() {
+func (c *tcpConn) serveH2() {
 	s := c.s
 	if !c.activate() {
 		return // Shutdown closed it meanwhile
@@ -136,7 +136,7 @@ func (c *h1Conn) serveH2() {
 // h2Ran takes the engine's answer when Serve or Resume returned: parked, finish hands
 // the connection to the parker (h2Parked); ended, it leaves the server's HTTP/2 set and
 // finish closes it.
-func (c *h1Conn) h2Ran(err error) {
+func (c *tcpConn) h2Ran(err error) {
 	if errors.Is(err, h2.ErrParked) {
 		c.h2Parked = true
 		return
@@ -155,7 +155,7 @@ func (c *h1Conn) h2Ran(err error) {
 // resumeH2 serves a parked HTTP/2 connection on (the parker found it readable, or its
 // claimer ends it through the engine), on a goroutine of the h1 wait group or its
 // claimer's; finish parks it again or closes it.
-func (c *h1Conn) resumeH2() {
+func (c *tcpConn) resumeH2() {
 	c.h2Ran(c.h2c.Resume())
 	c.finish(false)
 }
@@ -163,10 +163,10 @@ func (c *h1Conn) resumeH2() {
 // endParkedH2 ends a parked HTTP/2 connection its caller claimed: graceful, with a
 // GOAWAY that the engine, resumed on a goroutine of its own, writes before it closes
 // (after its usual drain); otherwise closed at once (the engine's teardown runs here).
-func (c *h1Conn) endParkedH2(graceful bool) {
+func (c *tcpConn) endParkedH2(graceful bool) {
 	if graceful {
 		c.h2c.Shutdown()
-		c.s.h1.wg.Go(c.resumeH2)
+		c.s.conns.wg.Go(c.resumeH2)
 		return
 	}
 	c.h2c.Close()

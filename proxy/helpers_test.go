@@ -7,9 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
+	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -132,35 +131,6 @@ func (e *env) apply(routes []routeSpec, certs ...certSpec) *routetable.Table {
 		e.t.Fatalf("apply: %v", err)
 	}
 	return tb
-}
-
-func targetOf(t testing.TB, addr string) routetable.Target {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := strconv.Atoi(port)
-	return routetable.Target{LeaseID: "lease-" + port, Address: host, Port: p}
-}
-
-// backend starts an httptest server and returns its "127.0.0.1:port".
-func backend(t testing.TB, h http.Handler) string {
-	t.Helper()
-	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
-	return strings.TrimPrefix(ts.URL, "http://")
-}
-
-// deadAddr returns a loopback address nothing listens on.
-func deadAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := ln.Addr().String()
-	ln.Close()
-	return a
 }
 
 // stat returns today's counters of hostname (zero entry when it has none).
@@ -307,47 +277,6 @@ func (e *env) waitRequests(hostname string, n uint64) {
 	waitFor(e.t, hostname+" requests", func() bool { return e.stat(hostname).Requests == n })
 }
 
-// rawServer listens on loopback and runs handle for every accepted connection in its own
-// goroutine, closing the connection when handle returns. The test's cleanup closes the
-// listener and every open connection and waits for the goroutines.
-func rawServer(t testing.TB, handle func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				handle(c)
-			})
-		}
-	})
-	return ln.Addr().String()
-}
-
 // waitServed fails t unless Serve returns nil within 5 s (after a Shutdown or a cancel);
 // it puts the result back for the env's cleanup.
 func (e *env) waitServed(t testing.TB) { t.Helper(); e.waitServedWithin(t, 5*time.Second) }
@@ -364,4 +293,13 @@ func (e *env) waitServedWithin(t testing.TB, d time.Duration) {
 	case <-time.After(d):
 		t.Fatal("Serve did not return")
 	}
+}
+
+// openFDs is how many descriptors the process has open (Linux: /proc/self/fd).
+func openFDs(t testing.TB) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/serve-zone/ingress/proxy/internal/park"
 )
 
-// connLife is what stays of a client connection across its forms (awake as an h1Conn
-// and its clientConn, parked whole, asleep as an h1Sleeper, woken into a new h1Conn and
+// connLife is what stays of a client connection across its forms (awake as an tcpConn
+// and its clientConn, parked whole, asleep as an h1Sleeper, woken into a new tcpConn and
 // clientConn): its one state word (park.Life), which says who owns it now and how to
 // end it, and its awake form. Every form points to it, so an Ender collected before the
 // connection changed its form (clients.Table.Strike calls its Enders after releasing its

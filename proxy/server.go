@@ -236,9 +236,9 @@ type Server struct {
 
 	httpSrv, httpsSrv *http.Server
 	// hoHTTP and hoHTTPS feed httpSrv and httpsSrv the connections the fast HTTP/1.1
-	// path hands off (h1serve.go); h1 tracks the connections it serves itself.
+	// path hands off (h1serve.go); conns tracks the connections it serves itself.
 	hoHTTP, hoHTTPS *handoffListener
-	h1              h1Set
+	conns           connSet
 	// parker holds idle HTTP/1.1 and HTTP/2 connections without a goroutine (h1idle.go),
 	// plain HTTP/1.1 ones as sleepers (h1sleep_linux.go); nil where nothing parks. Serve
 	// sets it before it accepts anything.
@@ -511,7 +511,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.log.Warn("idle connections will not park", zap.Error(err))
 		} else {
 			s.parker = pk
-			s.h1.wg.Go(pk.Run)
+			s.conns.wg.Go(pk.Run)
 		}
 	}
 	s.mu.Unlock()
@@ -595,7 +595,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.parker != nil {
 		s.parker.Stop()
 	}
-	s.h1.wg.Wait()
+	s.conns.wg.Wait()
 	s.tunnels.wg.Wait()
 	stopSweep()
 	<-sweptIdle
@@ -651,7 +651,7 @@ func (s *Server) closeNow() {
 	}
 	s.closeHTTP3()
 	s.closeListeners()
-	s.h1.closeAll()
+	s.conns.closeAll()
 	s.endSleepers()
 	s.tunnels.closeAll()
 	s.up.CloseIdle()
@@ -682,7 +682,7 @@ func (s *Server) shutdownH1(ctx context.Context) {
 	for s.closeIdleH1() > 0 {
 		select {
 		case <-ctx.Done():
-			s.h1.closeAll()
+			s.conns.closeAll()
 			s.endSleepers()
 			return
 		case <-t.C:
@@ -693,7 +693,7 @@ func (s *Server) shutdownH1(ctx context.Context) {
 // closeIdleH1 closes the fast path's idle connections, sleeping ones too
 // (h1sleep_linux.go), and reports how many of its connections are left.
 func (s *Server) closeIdleH1() int {
-	n := s.h1.closeIdle()
+	n := s.conns.closeIdle()
 	s.endSleepers()
 	return n
 }

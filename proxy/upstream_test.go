@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,21 +28,6 @@ func upEnv(t *testing.T, netOnly bool, addr string, opts ...func(*Config)) *env 
 	e := newEnv(t, append(opts, withH1OffIf(netOnly))...)
 	e.apply([]routeSpec{{host: "app.example.test", backends: []string{addr}}})
 	return e
-}
-
-// countingBackend is an httptest target that counts the connections it accepted.
-func countingBackend(t testing.TB, h http.Handler) (addr string, conns *atomic.Int64) {
-	t.Helper()
-	conns = new(atomic.Int64)
-	ts := httptest.NewUnstartedServer(h)
-	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	ts.Start()
-	t.Cleanup(ts.Close)
-	return strings.TrimPrefix(ts.URL, "http://"), conns
 }
 
 // do sends method to app.example.test through c and returns status and body.
