@@ -142,7 +142,7 @@ func TestIdleH2TLSMemory(t *testing.T) {
 	certPEM, keyPEM := keyPair(t, host)
 	// All from 127.0.0.1: the per-address connection budget (512 by default) is lifted.
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
-		binarytest.Route(host, "c", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0")
+		binarytest.Route(host, "c", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0", "--idle-timeout", idleTestTimeout)
 	open := func(n int) ([]*h2IdleClient, error) {
 		clients := make([]*h2IdleClient, n)
 		return clients, eachH2(n, func(i int) error {

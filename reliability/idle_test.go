@@ -120,7 +120,7 @@ func closeAll(conns []net.Conn) {
 func TestIdleKeepAliveMemory(t *testing.T) {
 	const host = "idle.rel.test"
 	// All from 127.0.0.1: the per-address connection budget (512 by default) is lifted.
-	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0")
+	p, _ := standalone(t, binarytest.TableJSON(t, 1, nil, binarytest.Route(host, "", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0", "--idle-timeout", idleTestTimeout)
 	dial := func() (net.Conn, error) { return net.Dial("tcp", p.HTTP) }
 	idleMemory(t, p, dial, host, idleBudget, idleRSSBudget)
 }
@@ -143,7 +143,7 @@ func TestIdleTLSMemory(t *testing.T) {
 	certPEM, keyPEM := keyPair(t, host)
 	// All from 127.0.0.1: the per-address connection budget (512 by default) is lifted.
 	p, _ := standalone(t, binarytest.TableJSON(t, 1, []routetable.Certificate{{ID: "c", CertificatePEM: certPEM, PrivateKeyPEM: keyPEM}},
-		binarytest.Route(host, "c", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0")
+		binarytest.Route(host, "c", false, echoBackend(t, "idle"))), "--max-conns-per-client", "0", "--idle-timeout", idleTestTimeout)
 	// Resumed handshakes after the first (TLS 1.3 PSK with ECDHE): the test's own CPU,
 	// not the binary's memory, is what a full handshake each would cost.
 	cfg := &tls.Config{ServerName: host, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},
@@ -154,6 +154,11 @@ func TestIdleTLSMemory(t *testing.T) {
 	}
 	idleMemory(t, p, dial, host, idleTLSBudget, idleTLSRSSBudget)
 }
+
+// idleTestTimeout is the idle tests' --idle-timeout: longer than opening idleConns
+// connections takes on a loaded machine (2 min 6 s beside another -race suite, past the
+// 2 min default, which closed the first of them before the count).
+const idleTestTimeout = "10m"
 
 // idleMemory opens idleConns connections with dial to p, lets them go idle and park, and
 // checks that they hold under goBudget of Go memory and add under rssBudget to RSS,

@@ -326,13 +326,13 @@ func Run(ctx context.Context, a Attack) (Result, error) {
 	// Pre-open: every connection served, or given up at the limit.
 	openCtx, cancelOpen := context.WithTimeout(ctx, a.OpenLimit)
 	conns := make([]*conn, a.Conns)
-	var firstErr atomic.Value
+	var firstErr atomic.Pointer[error] // errors of several concrete types: no atomic.Value
 	var wg sync.WaitGroup
 	for i := range conns {
 		wg.Go(func() {
 			c, err := dial(openCtx, life, &a, b, true)
 			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.CompareAndSwap(nil, &err)
 				return
 			}
 			select {
@@ -353,7 +353,10 @@ func Run(ctx context.Context, a Attack) (Result, error) {
 		}
 	}
 	if res.Opened == 0 {
-		err, _ := firstErr.Load().(error)
+		var err error
+		if p := firstErr.Load(); p != nil {
+			err = *p
+		}
 		return res, fmt.Errorf("no connection opened: %v", err)
 	}
 
