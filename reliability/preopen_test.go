@@ -162,7 +162,7 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	q1, q2 := by.h1.Window(quietFrom, launched), by.h2.Window(quietFrom, launched)
 	targetBefore := target.opened.Load()
 
-	a := floodtest.Attack{Addr: p.HTTP, From: from, Conns: conns, OpenLimit: waitLimit, Host: preopenHost, Path: "/flood", Duration: preopenFlood}
+	a := floodtest.Attack{Addr: p.HTTP, From: from, Conns: conns, OpenLimit: 3 * waitLimit, Host: preopenHost, Path: "/flood", Duration: preopenFlood}
 	if overTLS {
 		a.Addr, a.SNI = p.HTTPS, preopenHost
 	}

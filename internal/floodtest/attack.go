@@ -34,7 +34,7 @@ type Attack struct {
 	// From is the attacker's source address (nil: the system's choice).
 	From net.IP
 	// Conns connections are opened (and served: the server's first frame read) before
-	// the flood begins, for at most OpenLimit.
+	// the flood begins (a dial refused is tried again), for at most OpenLimit.
 	Conns     int
 	OpenLimit time.Duration
 	// Host and Path are the :authority and :path of every flooding stream.
@@ -330,18 +330,27 @@ func Run(ctx context.Context, a Attack) (Result, error) {
 	var wg sync.WaitGroup
 	for i := range conns {
 		wg.Go(func() {
-			c, err := dial(openCtx, life, &a, b, true)
-			if err != nil {
-				firstErr.CompareAndSwap(nil, &err)
-				return
-			}
-			select {
-			case <-c.served:
-				conns[i] = c
-			case <-c.done:
-			case <-openCtx.Done():
-				c.close()
-				<-c.done
+			// A dial refused or ended before its answer (a handshake bound reached on a
+			// loaded machine) is tried again until the limit: the pre-open is setup.
+			for openCtx.Err() == nil {
+				c, err := dial(openCtx, life, &a, b, true)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					select {
+					case <-openCtx.Done():
+					case <-time.After(preopenRetry):
+					}
+					continue
+				}
+				select {
+				case <-c.served:
+					conns[i] = c
+					return
+				case <-c.done:
+				case <-openCtx.Done():
+					c.close()
+					<-c.done
+				}
 			}
 		})
 	}
@@ -449,3 +458,6 @@ func sampleAlive(ctx context.Context, b *book, res *Result) {
 		}
 	}
 }
+
+// preopenRetry is the pause before a failed pre-open dial is tried again.
+const preopenRetry = 50 * time.Millisecond
