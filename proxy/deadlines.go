@@ -94,6 +94,7 @@ type streamWatch struct {
 	mu    sync.Mutex     // guards done, fired and the creation of timer
 	done  bool
 	fired bool
+	gone  chan struct{} // closed by a callback that stop had to wait for
 	timer *time.Timer
 	due   atomic.Int64 // UnixNano by which the pending call must end; 0: none pending
 	idle  atomic.Bool  // the timer is stopped: begin restarts it
@@ -122,6 +123,10 @@ func (w *streamWatch) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done || w.fired {
+		if w.gone != nil {
+			close(w.gone)
+			w.gone = nil
+		}
 		return
 	}
 	w.idle.Store(true)
@@ -137,14 +142,23 @@ func (w *streamWatch) check() {
 	w.d.set(longAgo)
 }
 
-// stop ends the watch for good.
+// stop ends the watch for good. A callback the timer already started is waited for:
+// the watch lives in a pooled work area that its owner reuses once stop returns (a
+// callback still on its way to the mutex raced with that reuse under -race).
 func (w *streamWatch) stop() {
 	w.mu.Lock()
 	w.done = true
-	if w.timer != nil {
-		w.timer.Stop()
+	// Armed (not idle, not fired) and not stopped in time: its callback is on its way.
+	pending := w.timer != nil && !w.timer.Stop() && !w.idle.Load() && !w.fired
+	var gone chan struct{}
+	if pending {
+		gone = make(chan struct{})
+		w.gone = gone
 	}
 	w.mu.Unlock()
+	if gone != nil {
+		<-gone
+	}
 }
 
 // bodyProgress enforces ClientBodyTimeout on a request body: each window must deliver
