@@ -288,9 +288,6 @@ func (r *relay) endChunked(sc *h1wire.ChunkScanner, keepUp bool) {
 	r.put(keepUp)
 }
 
-// put ends the exchange on uc: the connection goes back to its pool when keep says the
-// answer ended cleanly and the request's body, if any, went out whole (an upload the
-// answer did not wait for is stopped first).
 // whole writes an answer read whole from the target (body may be nil) and hands uc
 // back to its pool (kept when keep). With no request body going up, uc goes back
 // first: a client that sends its next request as soon as it has this answer finds the
@@ -308,6 +305,9 @@ func (r *relay) whole(status int, fields []hpack.HeaderField, body []byte, keep 
 	}
 }
 
+// put ends the exchange on uc: the connection goes back to its pool when keep says the
+// answer ended cleanly and the request's body, if any, went out whole (an upload the
+// answer did not wait for is stopped first).
 func (r *relay) put(keep bool) {
 	if r.up != nil && !r.up.end(r.uc) {
 		keep = false

@@ -78,17 +78,19 @@ type tunnelClient interface {
 
 // tunnelFinWait is how long a tunnel's client side may stay open once the target ended
 // its side (its FIN, forwarded as the client's FIN, END_STREAM or QUIC FIN), like
-// HAProxy's "timeout client-fin": then the tunnel closes (an HTTP/2 or HTTP/3 stream is
-// told to stop sending with NO_ERROR). A WebSocket target closes the connection only
-// after the close handshake (RFC 6455 §7.1.1), so nothing the client sends after it
-// matters; and some clients never end their side of a stream whose server did
-// (Chromium 148 sends neither END_STREAM nor RST_STREAM after a WebSocket's close over
-// HTTP/2), which would otherwise hold the tunnel until TunnelIdleTimeout.
+// HAProxy's "timeout client-fin": then the tunnel closes (an HTTP/2 stream is told to
+// stop sending with RST_STREAM NO_ERROR; an HTTP/3 one is no longer read, h3tunnel.go).
+// A WebSocket target closes the connection only after the close handshake (RFC 6455
+// §7.1.1), so nothing the client sends after it matters; and some clients never end
+// their side of a stream whose server did (Chromium 148 sends neither END_STREAM nor
+// RST_STREAM after a WebSocket's close over HTTP/2), which would otherwise hold the
+// tunnel until TunnelIdleTimeout.
 const tunnelFinWait = 2 * time.Second
 
 // runTunnel copies bytes both ways between the client's stream and the target until
-// both directions end (the client's at most tunnelFinWait after the target's), each chunk counted into e's route as it passes (so long tunnels
-// land on the right day; the totals under protocol p). The tunnel is tracked like an HTTP/1.1 one (tunnelSet): no
+// both directions end (the client's at most tunnelFinWait after the target's), each
+// chunk counted into e's route as it passes (so long tunnels land on the right day; the
+// totals under protocol p). The tunnel is tracked like an HTTP/1.1 one (tunnelSet): no
 // route-table swap touches it, Shutdown waits for it and its deadline closes it, and so
 // does TunnelIdleTimeout without a byte either way (sweepIdle). It
 // returns the bytes that went up (client to target) and down.
