@@ -247,6 +247,7 @@ func (c *Conn) readOn() error {
 	c.mu.Lock()
 	c.dlSetAt = time.Time{}
 	c.armRead(time.Now())
+	c.checkDrained() // a Shutdown during the attempt: its deadline was just overwritten
 	c.mu.Unlock()
 	return errPark
 }
