@@ -234,16 +234,8 @@ func TestLifeStrikeSteps(t *testing.T) {
 			case park.Idle:
 				l = onlyFastPathConn(t, e.srv).life
 				waitState(t, "waiting awake", l, park.Idle, nil)
-			case park.Sleeping:
-				l = g.reached(t, at)
-			case park.Asleep:
-				testwait.Until(t, 15*time.Second, "a connection put to sleep", func() bool { return r.life() != nil })
-				l = r.life()
-				waitState(t, "asleep", l, park.Asleep, func() bool { return sleepers(e.srv) == 1 })
-			case park.Waking:
-				testwait.Until(t, 15*time.Second, "a sleeper", func() bool { return sleepers(e.srv) == 1 })
-				rc.send(get1("/b"))
-				l = g.reached(t, at)
+			default:
+				l = reachLife(t, e, rc, at, g, r)
 			}
 			if n := e.srv.clients.Strike(addrA); n != 1 {
 				t.Fatalf("the strike found %d connections, want 1", n)
@@ -296,19 +288,7 @@ func TestLifeServerEndSteps(t *testing.T) {
 				}
 				rc := newRawClient(t, e.http)
 				getOK(t, rc, "/a")
-				var l *connLife
-				switch at {
-				case park.Sleeping:
-					l = g.reached(t, at)
-				case park.Asleep:
-					testwait.Until(t, 15*time.Second, "a connection put to sleep", func() bool { return r.life() != nil })
-					l = r.life()
-					waitState(t, "asleep", l, park.Asleep, func() bool { return sleepers(e.srv) == 1 })
-				case park.Waking:
-					testwait.Until(t, 15*time.Second, "a sleeper", func() bool { return sleepers(e.srv) == 1 })
-					rc.send(get1("/b"))
-					l = g.reached(t, at)
-				}
+				l := reachLife(t, e, rc, at, g, r)
 				ended := make(chan error, 1)
 				go func() {
 					if how == "close" {
@@ -423,4 +403,21 @@ func TestLifeH2Parked(t *testing.T) {
 			})
 		}
 	}
+}
+
+// reachLife brings rc's connection, which has had one answer, to at (sleeping or
+// waking: held there by g; asleep: seen by r) and returns its life.
+func reachLife(t *testing.T, e *env, rc *rawClient, at park.State, g *lifeGate, r *lifeSteps) *connLife {
+	t.Helper()
+	switch at {
+	case park.Asleep:
+		testwait.Until(t, 15*time.Second, "a connection put to sleep", func() bool { return r.life() != nil })
+		l := r.life()
+		waitState(t, "asleep", l, park.Asleep, func() bool { return sleepers(e.srv) == 1 })
+		return l
+	case park.Waking:
+		testwait.Until(t, 15*time.Second, "a sleeper", func() bool { return sleepers(e.srv) == 1 })
+		rc.send(get1("/b"))
+	}
+	return g.reached(t, at)
 }
