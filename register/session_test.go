@@ -477,9 +477,11 @@ func TestRequestPullPullsWithoutAHint(t *testing.T) {
 	h.waitApplied(3)
 	h.waitCalls(MethodGetRouteTable, 1)
 
-	// A newer table the relay announces to nobody: only the request brings it in. (The
-	// first pull after it is the one to look at: a pull still pending from the start may
-	// follow the apply.)
+	// A newer table the relay announces to nobody: only the request brings it in. The
+	// acceptance's pull and the early request's may come in either order: both end first
+	// (the barrier after the early one), or one still in flight could fetch the newer table.
+	testwait.Until(t, 10*time.Second, "the early request's pull", func() bool { return h.requestedPulls() >= 1 })
+	h.pullBarrier()
 	m := len(h.calls(MethodGetRouteTable))
 	h.sim.SetTable(table(4), 4)
 	h.session.RequestPull()

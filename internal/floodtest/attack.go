@@ -84,6 +84,9 @@ type Result struct {
 	PreopenedGone time.Time `json:"preopenedGone"`
 	// Alive samples the served connections alive every 250 ms during the flood.
 	Alive []Point `json:"alive"`
+	// Stall is the longest the attacker's process left a goroutine waiting past its
+	// 10 ms tick during the flood: a loaded machine's delay in seeing a connection end.
+	Stall time.Duration `json:"stall"`
 }
 
 // Span is a stretch of time; To is zero when it lasted to the flood's end.
@@ -383,6 +386,7 @@ func Run(ctx context.Context, a Attack) (Result, error) {
 	}
 	b.mu.Unlock()
 	wg.Go(func() { sampleAlive(floodCtx, b, &res) })
+	wg.Go(func() { res.Stall = longestStall(floodCtx) })
 	for _, c := range conns {
 		wg.Go(func() { slot(floodCtx, life, &a, b, c) })
 	}
@@ -458,6 +462,27 @@ func sampleAlive(ctx context.Context, b *book, res *Result) {
 		}
 	}
 }
+
+// longestStall is the longest a goroutine woken every stallTick waited past its tick,
+// until ctx ends.
+func longestStall(ctx context.Context) time.Duration {
+	tick := time.NewTicker(stallTick)
+	defer tick.Stop()
+	var longest time.Duration
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return longest
+		case <-tick.C:
+		}
+		now := time.Now()
+		longest = max(longest, now.Sub(last)-stallTick)
+		last = now
+	}
+}
+
+const stallTick = 10 * time.Millisecond
 
 // preopenRetry is the pause before a failed pre-open dial is tried again.
 const preopenRetry = 50 * time.Millisecond

@@ -59,8 +59,8 @@ func (r Result) Describe(conns int, verdict time.Time) string {
 	}
 	return fmt.Sprintf("attacker: %d of %d pre-opened, %d streams in %s, %d connections dialled, %d served; ended: %d ENHANCE_YOUR_CALM, %d other GOAWAY, %d closed\n"+
 		"\tfirst GOAWAY %s (%s), first ENHANCE_YOUR_CALM %s, verdict %s; no connection served %s, %s after the verdict; pre-opened all gone %s\n"+
-		"\tserved connections alive every %s: %s",
+		"\tserved connections alive every %s: %s; the attacker's longest stall %s",
 		r.Opened, conns, r.Streams, r.End.Sub(r.Start).Round(time.Millisecond), r.Dials, r.Served, r.Calm, r.GoAway, r.Closed,
 		r.Since(r.FirstGoAway), r.FirstCode, r.Since(r.Verdict), r.Since(verdict), first, gone, r.Since(r.PreopenedGone),
-		aliveEvery, strings.Join(alive, " "))
+		aliveEvery, strings.Join(alive, " "), r.Stall.Round(time.Millisecond))
 }
