@@ -206,6 +206,9 @@ func (c *Conn) parkConn() error {
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		return err
 	}
+	if testHookParkProbed != nil {
+		testHookParkProbed(c)
+	}
 	c.mu.Lock()
 	if !c.quiet() {
 		c.mu.Unlock()
@@ -240,6 +243,10 @@ func (c *Conn) parkConn() error {
 	c.stopCtx() // ctx is not watched while parked (Resume checks it)
 	return nil
 }
+
+// testHookParkProbed, set by tests only, runs in parkConn once the probe found nothing
+// to read: what lands then (a Shutdown) lands during a park attempt.
+var testHookParkProbed func(*Conn)
 
 // readOn is parkConn's way back when the connection did not park: the read deadline the
 // probe expired is armed afresh (c.mu not held); errPark says read on.

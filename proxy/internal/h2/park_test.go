@@ -3,6 +3,7 @@ package h2
 import (
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +78,36 @@ func TestParkResume(t *testing.T) {
 				t.Fatalf("GOAWAY %v on Shutdown", code)
 			}
 			p.expectClosed()
+		})
+	}
+}
+
+// TestShutdownDuringParkAttempt: a Shutdown that lands while a connection is trying to
+// park (after its probe read, before it decides) ends the connection once its GOAWAY is
+// out, as on a busy or a parked one, and does not leave it waiting for its idle timeout
+// (an hour here). Not parallel: it sets a package hook.
+func TestShutdownDuringParkAttempt(t *testing.T) {
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "h2c", true: "tls"}[useTLS], func(t *testing.T) {
+			ts := startServer(t, Config{ParkAfter: 20 * time.Millisecond, IdleTimeout: time.Hour}, parkedAnswer, useTLS)
+			var once sync.Once
+			landed := make(chan struct{})
+			testHookParkProbed = func(c *Conn) { once.Do(func() { c.Shutdown(); close(landed) }) }
+			t.Cleanup(func() { testHookParkProbed = nil })
+
+			p := newPeer(t, ts)
+			p.get(1, "/peer")
+			if st := p.expectResponse(1); st != "200" {
+				t.Fatalf("status %s", st)
+			}
+			<-landed
+			if code := p.expectGoAway(); code != http2.ErrCodeNo {
+				t.Fatalf("GOAWAY %v on Shutdown", code)
+			}
+			p.expectClosed()
+			if n := ts.parks.Load(); n != 0 {
+				t.Fatalf("%d parks: the Shutdown was meant to land during the attempt", n)
+			}
 		})
 	}
 }
