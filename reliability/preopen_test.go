@@ -44,8 +44,9 @@ const (
 	// preopenHeap and preopenGoroutines bound the binary during the flood.
 	preopenHeap       = 150 << 20
 	preopenGoroutines = 2000
-	// preopenGone: every attacking connection gone this long after the verdict, plus
-	// the longest the attacker's own process stalled (it cannot see an end sooner).
+	// preopenGone: the binary holds no attacking connection this long after the
+	// verdict (its ingress_open_connections back to the bystanders', read from its
+	// side: the attacker's own view lags by what a loaded machine leaves it).
 	preopenGone = 2 * time.Second
 	// maxRequestsPerClient is --max-requests-per-client as the test sets it (its
 	// default): the requests in flight that one address may have, across all its
@@ -127,8 +128,8 @@ func startBystanders(ctx context.Context, t *testing.T, p *proc) bystanders {
 // preopenHeap and its goroutines under preopenGoroutines, and /metrics answers every
 // scrape (every 250 ms, 2 s at most each); the target never has more than
 // preopenTargetConns connections open at once; the attacker is judged abusive (GOAWAY
-// ENHANCE_YOUR_CALM) and has no connection left within preopenGone (plus the attacker's
-// longest stall) of that verdict.
+// ENHANCE_YOUR_CALM) and the binary holds none of its connections within preopenGone of
+// that verdict.
 func TestPreopenedFlood(t *testing.T) {
 	for i, tc := range []struct {
 		name  string
@@ -179,14 +180,18 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 	q1, q2 := by.h1.Window(quietFrom, launched), by.h2.Window(quietFrom, launched)
 	targetBefore := target.opened.Load()
 
-	a := floodtest.Attack{Addr: p.HTTP, From: from, Conns: conns, OpenLimit: 3 * waitLimit, Host: preopenHost, Path: "/flood", Duration: preopenFlood}
+	// The attacker floods at niceness 10: it stands in for other machines, and at an
+	// equal share of the two cores it would take from the binary and the bystanders
+	// whatever the binary does (bench/h2flood does the same). It opens its connections
+	// at an equal share: on a loaded machine, at niceness 10, it could not finish 400
+	// TLS handshakes in time.
+	a := floodtest.Attack{Addr: p.HTTP, From: from, Conns: conns, OpenLimit: 3 * waitLimit, Host: preopenHost, Path: "/flood",
+		Duration: preopenFlood, FloodNice: 10}
 	if overTLS {
 		a.Addr, a.SNI = p.HTTPS, preopenHost
 	}
-	// The attacker runs at niceness 10: it stands in for other machines, and at an
-	// equal share of the two cores it would take from the binary and the bystanders
-	// whatever the binary does (bench/h2flood does the same).
-	res, err := floodtest.RunInChild(ctx, os.Args[0], preopenEnv, 10, a)
+	bystanderConns := w.ConnsBefore(launched)
+	res, err := floodtest.RunInChild(ctx, os.Args[0], preopenEnv, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,18 +245,21 @@ func preopenedFlood(t *testing.T, from net.IP, overTLS bool, conns int) {
 		t.Errorf("the target had %d connections open at once; want at most %d (--max-requests-per-client %d, 2 bystanders, 64 closing)",
 			n, preopenTargetConns, maxRequestsPerClient)
 	}
-	gone, ok := res.GoneAfter(verdict)
 	switch {
 	case verdict.IsZero():
 		t.Errorf("the flood was never judged abusive (no GOAWAY ENHANCE_YOUR_CALM read, no line about a connection ended for abuse)")
 	case !verdict.Before(res.End):
 		t.Errorf("the flood was judged abusive only %s after it ended (it lasted %s)", verdict.Sub(res.End).Round(time.Millisecond), preopenFlood)
-	case !ok:
-		t.Errorf("attacking connections were still served at the flood's end, %s after the verdict; want none within %s",
-			res.End.Sub(verdict).Round(time.Millisecond), preopenGone)
-	case gone > preopenGone+res.Stall:
-		t.Errorf("the last attacking connection ended %s after the verdict; want within %s (%s, and the attacker's longest stall %s)",
-			gone.Round(time.Millisecond), (preopenGone + res.Stall).Round(time.Millisecond), preopenGone, res.Stall.Round(time.Millisecond))
+	case bystanderConns < 0:
+		t.Errorf("no ingress_open_connections on /metrics before the flood")
+	default:
+		testwait.Until(t, waitLimit, "a usage sample the bound after the verdict", func() bool { return w.Sampled(verdict.Add(preopenGone)) })
+		goneAt := w.ConnsDownTo(verdict, bystanderConns)
+		t.Logf("the binary held the bystanders' %.0f connections only, %s after the verdict", bystanderConns, goneAt.Sub(verdict).Round(time.Millisecond))
+		if goneAt.IsZero() || goneAt.Sub(verdict) > preopenGone {
+			t.Errorf("the binary still held attacking connections %s after the verdict (ingress_open_connections above the bystanders' %.0f); want none within %s",
+				preopenGone, bystanderConns, preopenGone)
+		}
 	}
 	if err := errors.Join(by.h1.Window(res.End, time.Now()).FirstErr, by.h2.Window(res.End, time.Now()).FirstErr); err != nil {
 		t.Errorf("bystanders failed after the flood: %v", err)

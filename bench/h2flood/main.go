@@ -77,7 +77,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.pre.pid, "pid", 0, "-preopen: the server's process group, for RSS, descriptors and CPU from /proc (0: none)")
 	fs.IntVar(&c.pre.targetPID, "target-pid", 0, "-preopen: the target's process group, for its CPU (0: none)")
 	fs.StringVar(&c.pre.name, "name", "server", "-preopen: the server's name in the output")
-	fs.IntVar(&c.pre.nice, "attacker-nice", 10, "-preopen: niceness of the attacker's process (0: as this one)")
+	fs.IntVar(&c.pre.nice, "attacker-nice", 10, "-preopen: niceness of the attacker's process during the flood (0: as this one; its connections are opened at this one's)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -25,10 +25,11 @@ import (
 // quiet window is the -quiet before the attacker starts; their flood window is the flood
 // itself (after the pre-open).
 //
-// The attacker runs at niceness -attacker-nice (10): it shares a core with the bystanders
-// and the target, and niced it takes what they leave (nearly all of the core) rather than
-// an equal share, so that the bystanders' latency measures the server, not their wait for
-// the core the attacker floods from, as with an attacker on a machine of its own.
+// The attacker floods at niceness -attacker-nice (10): it shares a core with the
+// bystanders and the target, and niced it takes what they leave (nearly all of the core)
+// rather than an equal share, so that the bystanders' latency measures the server, not
+// their wait for the core the attacker floods from, as with an attacker on a machine of
+// its own. It opens its connections (setup) at an equal share.
 //
 // The server is watched every 250 ms: heap in use and goroutines from -metrics (a
 // Prometheus page; the ingress's /metrics), RSS and descriptors from /proc for -pid's
@@ -123,7 +124,7 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 		return fmt.Errorf("target counts: %v", err)
 	}
 	a := floodtest.Attack{Addr: p.h2cAddr, From: net.ParseIP(c.from), Conns: p.conns, OpenLimit: 10 * time.Second,
-		Host: c.host, Path: p.floodPath, Duration: c.duration}
+		Host: c.host, Path: p.floodPath, Duration: c.duration, FloodNice: p.nice}
 	if p.over == "tls" {
 		a.Addr, a.SNI = p.tlsAddr, p.sni
 	}
@@ -131,7 +132,7 @@ func runPreopen(out io.Writer, c config, p preopenConfig) error {
 	if err != nil {
 		return err
 	}
-	res, err := floodtest.RunInChild(ctx, exe, attackerEnv, p.nice, a)
+	res, err := floodtest.RunInChild(ctx, exe, attackerEnv, a)
 	if err != nil {
 		return err
 	}

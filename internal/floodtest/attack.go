@@ -41,6 +41,11 @@ type Attack struct {
 	Host, Path string
 	// Duration is how long the flood lasts once the connections are open.
 	Duration time.Duration
+	// FloodNice, when positive, is the niceness the attacker's process takes once its
+	// connections are open (Linux; every thread of it): where it shares a core with the
+	// server and the bystanders it then takes what they leave, as another machine
+	// would, while the pre-open, which is setup, runs at an equal share.
+	FloodNice int `json:"floodNice"`
 }
 
 // Point is the number of served attacker connections alive at one moment.
@@ -373,6 +378,11 @@ func Run(ctx context.Context, a Attack) (Result, error) {
 	}
 
 	// The flood.
+	if a.FloodNice > 0 {
+		if err := renice(a.FloodNice); err != nil {
+			return res, fmt.Errorf("niceness %d for the flood: %v", a.FloodNice, err)
+		}
+	}
 	floodCtx, cancel := context.WithTimeout(life, a.Duration)
 	defer cancel()
 	b.mu.Lock()

@@ -2,14 +2,19 @@ package floodtest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/serve-zone/ingress/internal/testwait"
 )
 
 // calmServer is a raw h2c server that ends every connection with GOAWAY
@@ -158,5 +163,35 @@ func TestGoneAfter(t *testing.T) {
 	}
 	if e := Earliest(time.Time{}, at(5), at(3), time.Time{}); !e.Equal(at(3)) {
 		t.Errorf("Earliest = %v", e)
+	}
+}
+
+// TestWatchReadsOpenConnections: Watch sums ingress_open_connections over its protocols,
+// ConnsBefore gives the count before a moment and ConnsDownTo the first answer at or
+// under a count.
+func TestWatchReadsOpenConnections(t *testing.T) {
+	var conns atomic.Int64
+	conns.Store(7)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "go_memstats_heap_inuse_bytes 1e+06\ngo_goroutines 9\n"+
+			"ingress_open_connections{protocol=\"h1\"} 2\ningress_open_connections{protocol=\"h2\"} %d\n", conns.Load())
+	}))
+	defer srv.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	w := Watch(ctx, 5*time.Millisecond, Target{MetricsURL: srv.URL})
+	defer func() { stop(); w.Wait() }()
+	testwait.Until(t, 10*time.Second, "a sample", func() bool { return w.ConnsBefore(time.Now()) == 9 })
+	from := time.Now()
+	testwait.Until(t, 10*time.Second, "a sample from then on", func() bool { return w.Sampled(from) })
+	if at := w.ConnsDownTo(from, 2); !at.IsZero() {
+		t.Fatalf("down to 2 at %v before the count fell", at)
+	}
+	conns.Store(0) // every sample begun before from was answered (one at a time)
+	testwait.Until(t, 10*time.Second, "the count down to 2", func() bool { return !w.ConnsDownTo(from, 2).IsZero() })
+	if at := w.ConnsDownTo(from, 2); at.Before(from) {
+		t.Fatalf("down to 2 at %v, before %v", at, from)
+	}
+	if n := w.ConnsBefore(from); n != 9 {
+		t.Fatalf("ConnsBefore = %v, want 9", n)
 	}
 }

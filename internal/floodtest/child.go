@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"time"
 )
 
@@ -19,11 +18,9 @@ import (
 // again with the attack in an environment variable.
 
 // RunInChild runs a in a child process: exe (the calling program, os.Args[0]) run again
-// with env set to a, which must call RunChild(env) first thing. A positive nice starts it
-// with that niceness (nice(1), so that every thread of it has it): where the attacker
-// shares a core with the bystanders and the target, it then takes what they leave
-// instead of an equal share, as another machine would. It returns the child's Result.
-func RunInChild(ctx context.Context, exe, env string, nice int, a Attack) (Result, error) {
+// with env set to a, which must call RunChild(env) first thing. It returns the child's
+// Result.
+func RunInChild(ctx context.Context, exe, env string, a Attack) (Result, error) {
 	spec, err := json.Marshal(a)
 	if err != nil {
 		return Result{}, err
@@ -31,9 +28,6 @@ func RunInChild(ctx context.Context, exe, env string, nice int, a Attack) (Resul
 	ctx, cancel := context.WithTimeout(ctx, a.OpenLimit+a.Duration+30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
-	if nice > 0 {
-		cmd = exec.CommandContext(ctx, "nice", "-n", strconv.Itoa(nice), exe)
-	}
 	cmd.Env = append(os.Environ(), env+"="+string(spec))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

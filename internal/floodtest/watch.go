@@ -16,11 +16,13 @@ import (
 // Usage is one sample of a server's resources; a figure it could not read is -1.
 type Usage struct {
 	At time.Time
-	// Heap (go_memstats_heap_inuse_bytes), Goroutines (go_goroutines) and Abuse (the
-	// ingress's ingress_client_abuse_total: verdicts of abuse so far) come from the
-	// server's Prometheus /metrics; Err is set when that scrape failed.
-	Heap, Goroutines, Abuse float64
-	Err                     error
+	// Heap (go_memstats_heap_inuse_bytes), Goroutines (go_goroutines), Abuse (the
+	// ingress's ingress_client_abuse_total: verdicts of abuse so far) and Conns (its
+	// ingress_open_connections, summed over protocols) come from the server's Prometheus
+	// /metrics, whose answer was read at Read; Err is set when that scrape failed.
+	Heap, Goroutines, Abuse, Conns float64
+	Read                           time.Time
+	Err                            error
 	// RSS (VmRSS, bytes) and FDs (open descriptors) come from /proc, summed over the
 	// watched processes, and CPU, their CPU time so far (user and system).
 	RSS, FDs int64
@@ -109,9 +111,10 @@ func (w *Watcher) Peak(from, to time.Time) (peak Usage, n, failed int) {
 }
 
 func sampleOnce(ctx context.Context, client *http.Client, tg Target) Usage {
-	u := Usage{At: time.Now(), Heap: -1, Goroutines: -1, Abuse: -1, RSS: -1, FDs: -1}
+	u := Usage{At: time.Now(), Heap: -1, Goroutines: -1, Abuse: -1, Conns: -1, RSS: -1, FDs: -1}
 	if tg.MetricsURL != "" {
-		u.Heap, u.Goroutines, u.Abuse, u.Err = scrape(ctx, client, tg.MetricsURL)
+		u.Err = scrape(ctx, client, tg.MetricsURL, &u)
+		u.Read = time.Now()
 	}
 	if tg.PID > 0 {
 		pids := []int{tg.PID}
@@ -132,21 +135,21 @@ func sampleOnce(ctx context.Context, client *http.Client, tg Target) Usage {
 	return u
 }
 
-// scrape reads go_memstats_heap_inuse_bytes, go_goroutines and (-1 when absent)
-// ingress_client_abuse_total from a Prometheus text page.
-func scrape(ctx context.Context, client *http.Client, url string) (heap, goroutines, abuse float64, err error) {
-	heap, goroutines, abuse = -1, -1, -1
+// scrape reads go_memstats_heap_inuse_bytes, go_goroutines and (left -1 when absent)
+// ingress_client_abuse_total and ingress_open_connections from a Prometheus text page
+// into u.
+func scrape(ctx context.Context, client *http.Client, url string, u *Usage) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return heap, goroutines, abuse, err
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return heap, goroutines, abuse, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return heap, goroutines, abuse, fmt.Errorf("/metrics: %s", resp.Status)
+		return fmt.Errorf("/metrics: %s", resp.Status)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -155,22 +158,60 @@ func scrape(ctx context.Context, client *http.Client, url string) (heap, gorouti
 		if !ok {
 			continue
 		}
-		switch name {
-		case "go_memstats_heap_inuse_bytes":
-			heap, _ = strconv.ParseFloat(val, 64)
-		case "go_goroutines":
-			goroutines, _ = strconv.ParseFloat(val, 64)
-		case "ingress_client_abuse_total":
-			abuse, _ = strconv.ParseFloat(val, 64)
+		switch {
+		case name == "go_memstats_heap_inuse_bytes":
+			u.Heap, _ = strconv.ParseFloat(val, 64)
+		case name == "go_goroutines":
+			u.Goroutines, _ = strconv.ParseFloat(val, 64)
+		case name == "ingress_client_abuse_total":
+			u.Abuse, _ = strconv.ParseFloat(val, 64)
+		case strings.HasPrefix(name, "ingress_open_connections{"):
+			if v, err := strconv.ParseFloat(val, 64); err == nil {
+				u.Conns = max(u.Conns, 0) + v
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return heap, goroutines, abuse, err
+		return err
 	}
-	if heap < 0 || goroutines < 0 {
-		return heap, goroutines, abuse, fmt.Errorf("/metrics: go_memstats_heap_inuse_bytes or go_goroutines missing")
+	if u.Heap < 0 || u.Goroutines < 0 {
+		return fmt.Errorf("/metrics: go_memstats_heap_inuse_bytes or go_goroutines missing")
 	}
-	return heap, goroutines, abuse, nil
+	return nil
+}
+
+// ConnsBefore is the Conns of the last sample taken before t (-1: none has it).
+func (w *Watcher) ConnsBefore(t time.Time) float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := -1.0
+	for _, u := range w.samples {
+		if u.At.Before(t) && u.Conns >= 0 {
+			n = u.Conns
+		}
+	}
+	return n
+}
+
+// ConnsDownTo is when the server was first seen holding at most n connections among the
+// samples taken from from on: the time that sample's answer was read, which is no
+// earlier than the moment it counted (zero: not seen yet).
+func (w *Watcher) ConnsDownTo(from time.Time, n float64) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, u := range w.samples {
+		if !u.At.Before(from) && u.Conns >= 0 && u.Conns <= n {
+			return u.Read
+		}
+	}
+	return time.Time{}
+}
+
+// Sampled reports whether a sample was taken at or after t.
+func (w *Watcher) Sampled(t time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.samples) > 0 && !w.samples[len(w.samples)-1].At.Before(t)
 }
 
 // FirstAbuse is the time of the first sample after from whose Abuse count is above the
