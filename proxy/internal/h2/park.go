@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -206,8 +207,8 @@ func (c *Conn) parkConn() error {
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		return err
 	}
-	if testHookParkProbed != nil {
-		testHookParkProbed(c)
+	if hook := testHookParkProbed.Load(); hook != nil {
+		(*hook)(c)
 	}
 	c.mu.Lock()
 	if !c.quiet() {
@@ -246,7 +247,7 @@ func (c *Conn) parkConn() error {
 
 // testHookParkProbed, set by tests only, runs in parkConn once the probe found nothing
 // to read: what lands then (a Shutdown) lands during a park attempt.
-var testHookParkProbed func(*Conn)
+var testHookParkProbed atomic.Pointer[func(*Conn)]
 
 // readOn is parkConn's way back when the connection did not park: the read deadline the
 // probe expired is armed afresh (c.mu not held); errPark says read on.

@@ -85,15 +85,16 @@ func TestParkResume(t *testing.T) {
 // TestShutdownDuringParkAttempt: a Shutdown that lands while a connection is trying to
 // park (after its probe read, before it decides) ends the connection once its GOAWAY is
 // out, as on a busy or a parked one, and does not leave it waiting for its idle timeout
-// (an hour here). Not parallel: it sets a package hook.
+// (an hour here).
 func TestShutdownDuringParkAttempt(t *testing.T) {
 	for _, useTLS := range []bool{false, true} {
 		t.Run(map[bool]string{false: "h2c", true: "tls"}[useTLS], func(t *testing.T) {
 			ts := startServer(t, Config{ParkAfter: 20 * time.Millisecond, IdleTimeout: time.Hour}, parkedAnswer, useTLS)
 			var once sync.Once
 			landed := make(chan struct{})
-			testHookParkProbed = func(c *Conn) { once.Do(func() { c.Shutdown(); close(landed) }) }
-			t.Cleanup(func() { testHookParkProbed = nil })
+			hook := func(c *Conn) { once.Do(func() { c.Shutdown(); close(landed) }) }
+			testHookParkProbed.Store(&hook)
+			t.Cleanup(func() { testHookParkProbed.Store(nil) })
 
 			p := newPeer(t, ts)
 			p.get(1, "/peer")
