@@ -29,6 +29,9 @@ type HalfOpen struct {
 	// Concurrency attempts are in progress at once, each given up after Attempt.
 	Concurrency int
 	Attempt     time.Duration
+	// Refusals, when set, is counted up as each refusal arrives (HalfOpenResult.Refused
+	// at the end): the caller's view during the flood.
+	Refusals *atomic.Int64
 }
 
 // HalfOpenResult is what a half-open flood did, from the attacker's side.
@@ -72,6 +75,9 @@ func RunHalfOpen(ctx context.Context, h HalfOpen) (HalfOpenResult, error) {
 				var te *quic.TransportError
 				if errors.As(err, &te) && te.Remote {
 					atomic.AddInt64(&res.Refused, 1)
+					if h.Refusals != nil {
+						h.Refusals.Add(1)
+					}
 				}
 			}
 		})
