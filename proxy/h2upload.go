@@ -109,6 +109,10 @@ func (u *uploader) running() bool {
 	}
 }
 
+// bodyOut reports that no body is going up (none, or ended) or that the write ending
+// it has begun: end then returns within lastWriteWait without stopping it.
+func (u *uploader) bodyOut() bool { return !u.running() || u.endWrite.Load() }
+
 // end stops an upload still running (the exchange is over: the client's reading is
 // closed and the target connection closed, which ends a Read or Write in progress) and
 // waits for it; an upload whose last write is under way is given lastWriteWait to end

@@ -238,14 +238,21 @@ func (r *relay) rest(ab *answerBody) {
 				r.rec.out += int64(len(chunk))
 			}
 			if done {
+				// From here the client's going away no longer closes uc: it may be
+				// back in its pool, another exchange's. An abort already begun keeps
+				// it out.
+				keep := stop() && ab.clean
 				if ab.frame == frameChunked {
-					r.endChunked(&ab.sc, ab.clean)
+					r.endChunked(&ab.sc, keep)
 					return
 				}
+				first := r.putFirst(keep)
 				if err := r.sink.end(nil); err != nil {
 					r.clientStopped(err)
 				}
-				r.put(ab.clean)
+				if !first {
+					r.put(keep)
+				}
 				return
 			}
 		}
@@ -282,27 +289,40 @@ func (r *relay) endChunked(sc *h1wire.ChunkScanner, keepUp bool) {
 			r.rec.out += int64(len(name) + len(value))
 		})
 	}
+	first := r.putFirst(keepUp)
 	if err := r.sink.end(tr); err != nil {
 		r.clientStopped(err)
 	}
-	r.put(keepUp)
+	if !first {
+		r.put(keepUp)
+	}
 }
 
 // whole writes an answer read whole from the target (body may be nil) and hands uc
-// back to its pool (kept when keep). With no request body going up, uc goes back
-// first: a client that sends its next request as soon as it has this answer finds the
-// connection in the pool instead of dialling another. With one, the answer goes out
-// first (put waits for the upload's end).
+// back to its pool (kept when keep), first when it may (putFirst).
 func (r *relay) whole(status int, fields []hpack.HeaderField, body []byte, keep bool) {
-	if r.up == nil {
-		r.put(keep)
-	}
+	first := r.putFirst(keep)
 	if err := r.sink.head(status, fields, body, true); err != nil {
 		r.clientStopped(err)
 	}
-	if r.up != nil {
+	if !first {
 		r.put(keep)
 	}
+}
+
+// putFirst hands uc back to its pool (kept when keep) before the write that ends the
+// answer, and reports that it did, when the request's body has gone out or its end is
+// being written (or it has none): a client that sends its next request as soon as it
+// has the answer finds the connection in the pool instead of dialling another (put
+// waits at most lastWriteWait for that last write, which the target that answered has
+// normally taken). With the client's body still coming it does nothing: the answer
+// goes out first, and put then stops the upload.
+func (r *relay) putFirst(keep bool) bool {
+	if !r.up.bodyOut() {
+		return false
+	}
+	r.put(keep)
+	return true
 }
 
 // put ends the exchange on uc: the connection goes back to its pool when keep says the
