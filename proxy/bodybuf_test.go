@@ -334,6 +334,7 @@ func TestHeldBodyH2TrickleGets408(t *testing.T) {
 	e.apply([]routeSpec{{host: h1Host, backends: []string{rt.addr}}})
 	fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", h1Host}, {":path", "/bad"},
 		{"content-length", "2000"}}
+	start := time.Now() // before the stream opens: the server's window may begin with it
 	nc, fr := h2Open(t, e.http, false, fields...)
 	stop := make(chan struct{})
 	wf := http2.NewFramer(nc, nil) // the trickle's own: h2Await's framer answers SETTINGS meanwhile
@@ -352,8 +353,7 @@ func TestHeldBodyH2TrickleGets408(t *testing.T) {
 		}
 	}()
 	defer close(stop)
-	start := time.Now()
-	_ = nc.SetReadDeadline(start.Add(5 * time.Second)) // the trickle alone would take 100 s
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second)) // the trickle alone would take 100 s
 	status, _, rst := h2Await(t, fr, false)
 	if status != "408" && !(status == "" && rst == http2.ErrCodeCancel) {
 		t.Fatalf("status %q, reset %v: want 408 or the stream reset with CANCEL", status, rst)
