@@ -349,9 +349,9 @@ func TestSleeperIdleTimeout(t *testing.T) {
 	e.srv.parkCrowd = 0
 	e.apply([]routeSpec{{host: h1Host, backends: []string{echoTarget(t).addr}}})
 	rc := newRawClient(t, e.http)
+	start := time.Now() // before the request: the idle wait begins once it is answered
 	rc.send(get1("/a"))
 	rc.read("GET")
-	start := time.Now()
 	waitFor(t, "asleep", func() bool { return sleepers(e.srv) == 1 })
 	_ = rc.c.SetReadDeadline(time.Now().Add(idle + 5*time.Second))
 	rc.closed()
