@@ -164,11 +164,13 @@ func TestE2EStateDirRefused(t *testing.T) {
 // copyFile copies src to dst with mode.
 func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
+	// cp writes it: a descriptor open for writing in this process would be inherited
+	// by a child another test forks meanwhile, and exec of dst would then fail with
+	// "text file busy" until that child execs (golang.org/issue/22315).
+	if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s %s: %v %s", src, dst, err, out)
 	}
-	if err := os.WriteFile(dst, b, mode); err != nil {
+	if err := os.Chmod(dst, mode); err != nil {
 		t.Fatal(err)
 	}
 }
